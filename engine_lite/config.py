@@ -1,0 +1,186 @@
+"""`EngineConfig`: vLLM's knob names and defaults, validated when built."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from engine_lite.errors import EngineLiteError
+
+
+class Policy(str, enum.Enum):
+    """Which work takes the step's token budget first."""
+
+    # Every running decode gets its token, then prefill chunks: vLLM V0 chunked-prefill order,
+    # Sarathi-Serve's stall-free batching (OSDI'24).
+    DECODE_FIRST = "decode_first"
+    # Prefill chunks take the budget first; decodes get what is left.
+    PREFILL_FIRST = "prefill_first"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SCHEDULER_KNOBS = (
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enable_chunked_prefill",
+    "long_prefill_token_threshold",
+    "max_num_partial_prefills",
+    "max_long_partial_prefills",
+    "policy",
+)
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_BACKENDS = ("auto", "torch", "flash")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Everything that shapes one engine; defaults are `vllm serve`'s."""
+
+    model: str = "tiny"
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
+    policy: Policy = Policy.DECODE_FIRST
+    block_size: int | None = None
+    num_gpu_blocks_override: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_gb: float | None = None
+    max_model_len: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    attention_backend: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.policy = _parse_policy(self.policy)
+        self._check_types()
+        self._check_scheduler_knobs()
+        self._check_cache_and_device()
+        if self.max_model_len is not None:
+            self.check_max_model_len(self.max_model_len)
+
+    def scheduler_knobs(self) -> dict[str, Any]:
+        """The seven scheduler fields, as `dataclasses.replace(cfg, **knobs)` takes them."""
+        return {name: getattr(self, name) for name in SCHEDULER_KNOBS}
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A validated copy with `changes` applied (unknown names are an error, not a typo)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise EngineLiteError(
+                f"unknown engine option {unknown[0]!r}; valid options: {', '.join(sorted(known))}"
+            )
+        return dataclasses.replace(self, **changes)
+
+    def check_max_model_len(self, max_model_len: int) -> None:
+        """Checks that need the model's context length (called again once the model is loaded)."""
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
+            # vLLM SchedulerConfig._verify_args: without chunking a prompt must fit one step.
+            raise EngineLiteError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
+                f"max_model_len={max_model_len} with enable_chunked_prefill=False, so long "
+                "prompts could never be scheduled; raise max_num_batched_tokens, lower "
+                "max_model_len, or enable chunked prefill"
+            )
+        if self.long_prefill_token_threshold > max_model_len:
+            raise EngineLiteError(
+                f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
+                f"max_model_len={max_model_len}; set it to at most max_model_len (0 = off)"
+            )
+
+    def _check_types(self) -> None:
+        for name in (
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "max_num_partial_prefills",
+            "max_long_partial_prefills",
+        ):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _check_int("seed", self.seed, minimum=0)
+        for name in ("block_size", "num_gpu_blocks_override", "max_model_len"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1)
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise EngineLiteError(
+                f"enable_chunked_prefill={self.enable_chunked_prefill!r} is invalid; "
+                "use True or False"
+            )
+        if not isinstance(self.model, str) or not self.model:
+            raise EngineLiteError(
+                f"model={self.model!r} is invalid; use a preset name or a model folder"
+            )
+
+    def _check_scheduler_knobs(self) -> None:
+        # Each check mirrors vLLM's SchedulerConfig._verify_args.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise EngineLiteError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
+                f"max_num_seqs={self.max_num_seqs}, so a full batch of decodes could not fit "
+                "one step; raise max_num_batched_tokens or lower max_num_seqs"
+            )
+        if self.long_prefill_token_threshold > self.max_num_batched_tokens:
+            raise EngineLiteError(
+                f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
+                f"max_num_batched_tokens={self.max_num_batched_tokens} and would never bind; "
+                "set it to at most max_num_batched_tokens (0 = off)"
+            )
+        if self.max_num_partial_prefills > 1 and not self.enable_chunked_prefill:
+            raise EngineLiteError(
+                f"max_num_partial_prefills={self.max_num_partial_prefills} needs chunked "
+                "prefill; set enable_chunked_prefill=True or max_num_partial_prefills=1"
+            )
+        if self.max_long_partial_prefills > self.max_num_partial_prefills:
+            raise EngineLiteError(
+                f"max_long_partial_prefills={self.max_long_partial_prefills} exceeds "
+                f"max_num_partial_prefills={self.max_num_partial_prefills}; set it to at most "
+                "max_num_partial_prefills"
+            )
+
+    def _check_cache_and_device(self) -> None:
+        gmu = self.gpu_memory_utilization
+        if isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1:
+            raise EngineLiteError(
+                f"gpu_memory_utilization={gmu!r} is invalid; use a fraction in (0, 1]"
+            )
+        kv_gb = self.kv_cache_memory_gb
+        if kv_gb is not None and (
+            isinstance(kv_gb, bool) or not isinstance(kv_gb, (int, float)) or kv_gb <= 0
+        ):
+            raise EngineLiteError(
+                f"kv_cache_memory_gb={kv_gb!r} is invalid; use a positive number of GiB"
+            )
+        if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device):
+            raise EngineLiteError(
+                f"device={self.device!r} is invalid; use auto, cpu, cuda or cuda:N"
+            )
+        if self.dtype not in _DTYPES:
+            raise EngineLiteError(f"dtype={self.dtype!r} is invalid; use one of {_DTYPES}")
+        if self.attention_backend not in _BACKENDS:
+            raise EngineLiteError(
+                f"attention_backend={self.attention_backend!r} is invalid; use one of {_BACKENDS}"
+            )
+
+
+def _parse_policy(value: object) -> Policy:
+    try:
+        return Policy(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in Policy)
+        raise EngineLiteError(f"policy={value!r} is invalid; use one of {choices}") from None
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise EngineLiteError(f"{name}={value!r} is invalid; use an integer >= {minimum}")
