@@ -46,8 +46,10 @@ class Request:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
-    # Times a recompute preemption sent it back to the waiting queue (stats only).
+    # Stats only: recompute preemptions so far, and the engine's timestamps.
     num_preemptions: int = 0
+    first_scheduled_time_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)  # one per output token
 
     @property
     def num_prompt_tokens(self) -> int:
