@@ -1,0 +1,74 @@
+"""`engine-lite` flags: vLLM names, EngineConfig defaults, one-line errors with exit code 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from engine_lite.cli import main
+from engine_lite.config import EngineConfig, Policy
+from engine_lite.server.args import build_serve_parser, config_from_args
+
+
+def _config(*argv):
+    return config_from_args(build_serve_parser().parse_args(list(argv)))
+
+
+def test_unset_flags_keep_engine_config_defaults():
+    assert _config() == EngineConfig()
+
+
+def test_every_knob_maps_to_its_config_field():
+    cfg = _config(
+        "--model", "small", "--max-num-batched-tokens", "2048", "--max-num-seqs", "64",
+        "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "512",
+        "--max-num-partial-prefills", "1", "--max-long-partial-prefills", "1",
+        "--policy", "prefill_first", "--block-size", "32", "--num-gpu-blocks-override", "100",
+        "--gpu-memory-utilization", "0.5", "--kv-cache-memory-gb", "0.25",
+        "--max-model-len", "2048", "--device", "cpu", "--dtype", "float32",
+        "--attention-backend", "torch", "--seed", "7",
+    )  # fmt: skip
+    assert cfg == EngineConfig(
+        model="small", max_num_batched_tokens=2048, max_num_seqs=64,
+        enable_chunked_prefill=False, long_prefill_token_threshold=512,
+        max_num_partial_prefills=1, max_long_partial_prefills=1, policy=Policy.PREFILL_FIRST,
+        block_size=32, num_gpu_blocks_override=100, gpu_memory_utilization=0.5,
+        kv_cache_memory_gb=0.25, max_model_len=2048, device="cpu", dtype="float32",
+        attention_backend="torch", seed=7,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--max-num-seqs", "abc"], "--max-num-seqs"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
+        (["--policy", "fastest"], "--policy"),
+        (["--port", "70000"], "--port"),
+        (["--max-num-seqs", "9000"], "--max-num-seqs=9000"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization=1.5"),
+        (["--device", "tpu"], "--device='tpu'"),
+        (["--long-prefill-token-threshold", "9000"], "--long-prefill-token-threshold=9000"),
+        (["--bogus"], "--bogus"),
+    ],
+)
+def test_bad_flags_are_one_line_errors_exit_2(argv, needle, capsys):
+    with pytest.raises(SystemExit) as info:
+        raise SystemExit(main(["serve", *argv]))
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and needle in err
+
+
+def test_unknown_subcommand(capsys):
+    assert main(["launch"]) == 2
+    assert "serve or bench" in capsys.readouterr().err
+
+
+def test_console_script_reports_without_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine_lite.cli", "serve", "--max-num-seqs", "-4"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
