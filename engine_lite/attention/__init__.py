@@ -1,0 +1,52 @@
+"""Attention backends: choose one for a device and build it."""
+
+from __future__ import annotations
+
+import torch
+
+from engine_lite.attention.base import AttentionBackend, AttentionMetadata, StepBatch
+from engine_lite.attention.flash import FLASH_BLOCK_MULTIPLE, FlashPagedAttention, load_flash_attn
+from engine_lite.attention.torch_paged import TorchPagedAttention
+from engine_lite.errors import EngineLiteError
+
+TORCH_BLOCK_SIZE = 16
+
+__all__ = [
+    "AttentionBackend",
+    "AttentionMetadata",
+    "StepBatch",
+    "create_backend",
+    "default_block_size",
+    "resolve_backend",
+]
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    """`auto` means flash-attn on CUDA when it imports, the PyTorch backend otherwise."""
+    if requested == "auto":
+        if device.type == "cuda" and load_flash_attn() is not None:
+            return "flash"
+        return "torch"
+    if requested == "flash" and device.type != "cuda":
+        raise EngineLiteError(
+            f"attention_backend='flash' needs a CUDA device but device is {device}; "
+            "use attention_backend='torch' or 'auto'"
+        )
+    return requested
+
+
+def default_block_size(backend: str) -> int:
+    return FLASH_BLOCK_MULTIPLE if backend == "flash" else TORCH_BLOCK_SIZE
+
+
+def create_backend(
+    backend: str,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    device: torch.device,
+    sliding_window: int | None,
+) -> AttentionBackend:
+    cls = FlashPagedAttention if backend == "flash" else TorchPagedAttention
+    return cls(num_heads, num_kv_heads, head_dim, block_size, device, sliding_window)

@@ -1,0 +1,196 @@
+"""`ModelRunner`: packs a scheduled batch into one varlen forward over the paged KV cache.
+
+Input preparation is vectorised with numpy (one Python pass over the entries, none over tokens),
+so the step's host overhead stays small next to the forward pass even with hundreds of decodes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine_lite.attention import StepBatch, create_backend, default_block_size, resolve_backend
+from engine_lite.attention.kv_cache import allocate_kv_cache, num_kv_blocks
+from engine_lite.config import EngineConfig
+from engine_lite.errors import EngineLiteError
+from engine_lite.models import ModelConfig, build_model, resolve_model
+from engine_lite.request import Request
+from engine_lite.sampler import Sampler
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(slots=True)
+class StepInputs:
+    """One step's host-side inputs."""
+
+    input_ids: np.ndarray  # [T] int64
+    positions: np.ndarray  # [T] int64: global position of each token in its sequence
+    batch: StepBatch
+    sample_entries: np.ndarray  # entries whose step reaches their last known token
+    logits_rows: np.ndarray  # packed row of each of those entries' last token
+
+
+class ModelRunner:
+    """Owns the weights, the KV cache and the sampler; runs one step at a time."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.dtype = _DTYPES.get(config.dtype) or (
+            torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        )
+        source = resolve_model(config.model)
+        self.model_config: ModelConfig = source.config
+        self.attention_backend = resolve_backend(config.attention_backend, self.device)
+        self.block_size = config.block_size or default_block_size(self.attention_backend)
+        self.max_model_len = resolve_max_model_len(config, self.model_config)
+        config.check_max_model_len(self.max_model_len)
+        cfg = self.model_config
+        self.backend = create_backend(
+            self.attention_backend,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            self.block_size,
+            self.device,
+            cfg.sliding_window,
+        )
+        self.model = build_model(source, self.backend, self.device, self.dtype, config.seed)
+        self.model.init_rope(self.max_model_len)
+        self.num_kv_blocks = num_kv_blocks(
+            config, cfg, self.block_size, self.max_model_len, self.device, self.dtype
+        )
+        self.kv_caches = allocate_kv_cache(
+            cfg, self.num_kv_blocks, self.block_size, self.device, self.dtype
+        )
+        self.vocab_size = cfg.vocab_size
+        self.eos_token_id = cfg.eos_token_id
+        self.sampler = Sampler(self.device, config.seed, cfg.eos_token_id)
+        self.last_forward_duration_s = 0.0
+
+    def execute(self, batch: list[tuple[Request, int]]) -> list[int | None]:
+        """One forward over the packed batch; a token for entries that reach their last token.
+
+        Entry (req, n) computes positions req.num_computed_tokens .. + n - 1 of
+        req.all_token_ids. Requests are not mutated.
+        """
+        results: list[int | None] = [None] * len(batch)
+        if not batch:
+            self.last_forward_duration_s = 0.0
+            return results
+        inputs = self.prepare(batch)
+        meta = self.backend.prepare_metadata(inputs.batch)
+        input_ids = torch.from_numpy(inputs.input_ids).to(self.device, non_blocking=True)
+        positions = torch.from_numpy(inputs.positions).to(self.device, non_blocking=True)
+        rows = torch.from_numpy(inputs.logits_rows).to(self.device, non_blocking=True)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            hidden = self.model(input_ids, positions, meta, self.kv_caches)
+            if len(inputs.sample_entries):
+                logits = self.model.compute_logits(hidden.index_select(0, rows)).float()
+                sampled_reqs = [batch[i][0] for i in inputs.sample_entries]
+                tokens = self.sampler.sample(logits, sampled_reqs)
+                for entry, token in zip(inputs.sample_entries.tolist(), tokens, strict=True):
+                    results[entry] = token
+            elif self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        self.last_forward_duration_s = time.perf_counter() - start
+        return results
+
+    def release(self, request_id: str) -> None:
+        """Drops per-request sampler state (a seeded request's generator)."""
+        self.sampler.release(request_id)
+
+    def prepare(self, batch: list[tuple[Request, int]]) -> StepInputs:
+        """Token ids, global positions, block tables and cache slots of a packed batch."""
+        num = len(batch)
+        query_lens = np.fromiter((n for _, n in batch), np.int64, num)
+        computed = np.fromiter((r.num_computed_tokens for r, _ in batch), np.int64, num)
+        seq_lens = computed + query_lens
+        bs = self.block_size
+        blocks_needed = -(-seq_lens // bs)
+        block_tables = np.zeros((num, int(blocks_needed.max())), np.int32)
+        token_ids: list[int] = []
+        sample = np.zeros(num, bool)
+        for i, (req, n) in enumerate(batch):
+            start, need = int(computed[i]), int(blocks_needed[i])
+            _check_entry(req, start, n, need)
+            block_tables[i, :need] = req.block_table[:need]
+            token_ids += _token_slice(req, start, start + n)
+            sample[i] = start + n == req.num_tokens
+        cu_q = np.concatenate(([0], np.cumsum(query_lens)))
+        total = int(cu_q[-1])
+        # Global positions: a chunk continues its sequence, it never restarts at 0.
+        positions = np.arange(total, dtype=np.int64) + np.repeat(computed - cu_q[:-1], query_lens)
+        entry_of_token = np.repeat(np.arange(num), query_lens)
+        slot_mapping = block_tables[entry_of_token, positions // bs].astype(np.int64) * bs + (
+            positions % bs
+        )
+        sample_entries = np.flatnonzero(sample)
+        return StepInputs(
+            input_ids=np.asarray(token_ids, dtype=np.int64),
+            positions=positions,
+            batch=StepBatch(query_lens, computed, block_tables, slot_mapping),
+            sample_entries=sample_entries,
+            logits_rows=cu_q[sample_entries + 1] - 1,
+        )
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EngineLiteError(
+                f"device={device!r} but CUDA is not available here; use device='cpu' or 'auto'"
+            )
+        index = resolved.index or 0
+        if index >= torch.cuda.device_count():
+            raise EngineLiteError(
+                f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist; "
+                "use cuda:0 .. cuda:N-1"
+            )
+        resolved = torch.device("cuda", index)
+    return resolved
+
+
+def resolve_max_model_len(config: EngineConfig, cfg: ModelConfig) -> int:
+    limit = cfg.max_position_embeddings
+    if config.max_model_len is None:
+        return limit
+    if config.max_model_len > limit:
+        raise EngineLiteError(
+            f"max_model_len={config.max_model_len} exceeds the model's "
+            f"max_position_embeddings={limit}; use max_model_len <= {limit}"
+        )
+    return config.max_model_len
+
+
+def _check_entry(req: Request, start: int, n: int, blocks_needed: int) -> None:
+    # Scheduler/runner contract violations are bugs, not user errors: fail loudly.
+    if n < 1 or start + n > req.num_tokens:
+        raise RuntimeError(
+            f"request {req.request_id}: cannot compute {n} tokens from position {start} "
+            f"of {req.num_tokens} known tokens"
+        )
+    if len(req.block_table) < blocks_needed:
+        raise RuntimeError(
+            f"request {req.request_id}: block table has {len(req.block_table)} blocks but "
+            f"{start + n} tokens need {blocks_needed}"
+        )
+
+
+def _token_slice(req: Request, start: int, end: int) -> list[int]:
+    """all_token_ids[start:end] without concatenating the whole sequence every step."""
+    prompt = req.prompt_token_ids
+    num_prompt = len(prompt)
+    if start >= num_prompt:
+        return req.output_token_ids[start - num_prompt : end - num_prompt]
+    if end <= num_prompt:
+        return prompt[start:end]
+    return prompt[start:] + req.output_token_ids[: end - num_prompt]
