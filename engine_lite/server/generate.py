@@ -28,7 +28,7 @@ from engine_lite.server.responses import (
 )
 
 if TYPE_CHECKING:
-    from engine_lite.async_engine import TokenEvent
+    from engine_lite.outputs import TokenEvent
     from engine_lite.server.state import Ready, ServerState
 
 log = logging.getLogger("engine_lite.server")

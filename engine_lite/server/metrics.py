@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from engine_lite.async_engine import EngineStats, RequestStats, StepStats
+    from engine_lite.outputs import EngineStats, RequestStats, StepStats
 
 LABEL_NAMES = ("model_name", "engine")
 FINISH_REASONS = ("stop", "length", "abort")
