@@ -93,7 +93,9 @@ class EngineConfig:
                 "prompts could never be scheduled; raise max_num_batched_tokens, lower "
                 "max_model_len, or enable chunked prefill"
             )
-        if self.long_prefill_token_threshold > max_model_len:
+        # vLLM checks this only with concurrent partial prefills; a larger threshold is
+        # otherwise harmless (no prompt can exceed it).
+        if self.max_num_partial_prefills > 1 and self.long_prefill_token_threshold > max_model_len:
             raise EngineLiteError(
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
                 f"max_model_len={max_model_len}; set it to at most max_model_len (0 = off)"
@@ -135,6 +137,12 @@ class EngineConfig:
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
                 f"max_num_batched_tokens={self.max_num_batched_tokens} and would never bind; "
                 "set it to at most max_num_batched_tokens (0 = off)"
+            )
+        if self.long_prefill_token_threshold and not self.enable_chunked_prefill:
+            # A cap on one request's prompt tokens per step is chunking; unchunked it cannot apply.
+            raise EngineLiteError(
+                f"long_prefill_token_threshold={self.long_prefill_token_threshold} needs "
+                "chunked prefill; set enable_chunked_prefill=True or the threshold to 0"
             )
         if self.max_num_partial_prefills > 1 and not self.enable_chunked_prefill:
             raise EngineLiteError(
