@@ -1,7 +1,30 @@
 """engine_lite: a small chunked-prefill LLM engine with vLLM's scheduler knobs."""
 
+from engine_lite.async_engine import AsyncEngine
 from engine_lite.config import EngineConfig, Policy
 from engine_lite.errors import EngineLiteError
+from engine_lite.llm import LLM
+from engine_lite.outputs import (
+    CompletionOutput,
+    EngineStats,
+    RequestOutput,
+    RequestStats,
+    StepStats,
+    TokenEvent,
+)
 from engine_lite.sampling_params import SamplingParams
 
-__all__ = ["EngineConfig", "EngineLiteError", "Policy", "SamplingParams"]
+__all__ = [
+    "LLM",
+    "AsyncEngine",
+    "CompletionOutput",
+    "EngineConfig",
+    "EngineLiteError",
+    "EngineStats",
+    "Policy",
+    "RequestOutput",
+    "RequestStats",
+    "SamplingParams",
+    "StepStats",
+    "TokenEvent",
+]
