@@ -7,6 +7,8 @@ so a lost, stale or shared KV block changes the generated tokens just as it woul
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine_lite.request import Request
@@ -62,6 +64,7 @@ class FakeRunner:
         clock: FakeClock | None = None,
         step_cost_s: float = 0.001,
         token_cost_s: float = 0.0001,
+        sleep_s: float = 0.0,
     ) -> None:
         self.num_kv_blocks = num_kv_blocks
         self.block_size = block_size
@@ -75,6 +78,7 @@ class FakeRunner:
         self.clock = clock
         self.step_cost_s = step_cost_s
         self.token_cost_s = token_cost_s
+        self.sleep_s = sleep_s  # wall time per forward, releasing the GIL like torch kernels
 
     def execute(self, batch: list[tuple[Request, int]]) -> list[int | None]:
         bs = self.block_size
@@ -96,6 +100,8 @@ class FakeRunner:
             table = req.block_table
             context = [self.kv[table[p // bs]][p % bs] for p in range(end)]
             out.append(next_token(context, self.vocab_size))
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
         cost = self.step_cost_s + self.token_cost_s * sum(n for _, n in batch)
         self.last_forward_duration_s = cost
         if self.clock is not None:
