@@ -1,0 +1,74 @@
+"""Bootstrap intervals: they cover the truth, shrink with data, and gate the recommendation."""
+
+import numpy as np
+
+from loadgen.records import RequestRecord
+from slo import parse_slo
+from tuner.confidence import capacity_interval, goodput_interval, term_intervals
+
+
+def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0):
+    """Requests of 20 tokens, one chunk per token, whose TPOT is lognormal around `tpot_s`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        sent = start + i * 0.1
+        gap = tpot_s * rng.lognormal(0.0, spread)
+        times = [sent + 0.05 + k * gap for k in range(20)]
+        rec = RequestRecord(
+            i,
+            "short",
+            100,
+            20,
+            scheduled_s=sent,
+            sent_s=sent,
+            chunk_times_s=times,
+            chunk_tokens=[1] * 20,
+            prompt_tokens=100,
+            output_tokens=20,
+            success=True,
+            finished_s=times[-1],
+        )
+        if i < fail:
+            rec.fail("HTTP 500", sent + 0.01)
+        out.append(rec)
+    return out
+
+
+SLO = parse_slo("tpot_p99=30ms")
+
+
+def test_interval_brackets_the_point_and_clears_only_with_room_to_spare():
+    comfortable = term_intervals(records(0.015), SLO, n_boot=300)[0]
+    assert comfortable.value_s.low <= comfortable.value_s.point <= comfortable.value_s.high
+    assert comfortable.clears and comfortable.margin_frac > 0
+    # A p99 right at the limit passes as a point but its interval does not clear.
+    edge = term_intervals(records(0.0205), SLO, n_boot=300)[0]
+    assert edge.value_s.point <= 0.030 < edge.value_s.high
+    assert not edge.clears
+
+
+def test_more_requests_narrow_the_interval():
+    small = term_intervals(records(0.015, n=50), SLO, n_boot=300)[0].value_s
+    large = term_intervals(records(0.015, n=800), SLO, n_boot=300)[0].value_s
+    assert large.high - large.low < small.high - small.low
+
+
+def test_capacity_interval_follows_the_levels():
+    levels = [
+        (1.0, records(0.010, seed=1)),
+        (2.0, records(0.015, seed=2)),
+        (4.0, records(0.040, seed=3)),
+    ]
+    interval = capacity_interval(levels, SLO, max_error_rate=0.01, n_boot=200)
+    assert interval.point == 2.0 and interval.low >= 1.0 and interval.high == 2.0
+    # Errors at 2 req/s fail that level however fast the rest were.
+    failing = [(1.0, records(0.010)), (2.0, records(0.015, fail=10))]
+    assert capacity_interval(failing, SLO, max_error_rate=0.01, n_boot=50).point == 1.0
+
+
+def test_goodput_counts_good_requests_per_second():
+    recs = records(0.015, n=100)
+    duration = max(r.finished_s for r in recs) - min(r.sent_s for r in recs)
+    g = goodput_interval(recs, SLO, n_boot=200)
+    assert abs(g.point - 100 / duration) < 1e-9 and g.low <= g.point <= g.high

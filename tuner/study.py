@@ -1,0 +1,216 @@
+"""Optuna study: storage (SQLite, any RDB URL, journal file), samplers, pruner, resume."""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import TuneError
+
+ROLE = "role"  # user attr: "default", "rule_of_thumb" or "search"
+WORKER = "worker"  # user attr: "host:pid" of the process measuring the trial
+HEARTBEAT = "heartbeat"  # user attr: wall-clock time of the trial's last finished level
+CONSTRAINTS = "constraints"  # user attr: SLO terms as value - limit (<= 0 is feasible)
+META = "tune_meta"  # study user attr: what the study measures; a resume must match it
+STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
+
+
+class Role(str, enum.Enum):
+    """Why a trial exists: a reference config the report compares against, or the search."""
+
+    DEFAULT = "default"
+    RULE_OF_THUMB = "rule_of_thumb"
+    SEARCH = "search"
+
+
+class SamplerName(str, enum.Enum):
+    TPE = "tpe"
+    GP = "gp"
+    RANDOM = "random"
+
+
+def storage_url(storage: str | None, run_dir: Path) -> str | optuna.storages.BaseStorage:
+    """The Optuna storage: SQLite in the run folder by default, else the given URL or file.
+
+    A path ending in .log or .journal (or a `journal:` prefix) is a journal file, which several
+    processes can share over NFS; anything with `://` is an RDB URL (sqlite, postgresql, mysql).
+    """
+    if storage is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{run_dir.resolve() / 'study.db'}"
+    if storage.startswith("journal:"):
+        return _journal(storage.removeprefix("journal:").removeprefix("//"))
+    if "://" in storage:
+        return storage
+    if storage.endswith((".log", ".journal")):
+        return _journal(storage)
+    raise TuneError(
+        f"--storage {storage!r} is neither an RDB URL nor a journal file; use e.g. "
+        "sqlite:///study.db, postgresql://user@host/db or study.journal"
+    )
+
+
+def _journal(path: str) -> optuna.storages.BaseStorage:
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(path))
+
+
+def make_sampler(
+    name: SamplerName,
+    seed: int,
+    n_startup_trials: int,
+    constraints: bool = False,
+) -> BaseSampler:
+    """TPE, GP (both honour the SLO constraints in `--rate` mode) or random search."""
+    cf = constraints_func if constraints else None
+    if name is SamplerName.RANDOM:
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name is SamplerName.GP:
+        try:
+            import scipy  # noqa: F401  GPSampler optimises its acquisition with scipy
+        except ImportError:
+            raise TuneError("--sampler gp needs scipy; pip install scipy, or use tpe") from None
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=n_startup_trials, constraints_func=cf
+        )
+    # multivariate + group model the conditional threshold dimension jointly with the budget;
+    # constant_liar keeps parallel workers from proposing the same point.
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        multivariate=True,
+        group=True,
+        constant_liar=True,
+        constraints_func=cf,
+    )
+
+
+def constraints_func(trial: FrozenTrial) -> Sequence[float]:
+    """Optuna's constraint values for `--rate` mode: each <= 0 when that SLO term holds."""
+    return trial.user_attrs.get(CONSTRAINTS, [1.0])
+
+
+class CapacityPruner(BasePruner):
+    """Prunes a search trial once its capacity provably cannot beat the best finished trial.
+
+    Each level reports the rate search's upper bound on the trial's capacity (the lowest rate
+    that failed, inf before any failure). A trial starts at the best capacity so far, so one that
+    fails there reports a bound equal to the best and is pruned after that single level.
+    Reference trials (the default config, the rule of thumb) always run to the end: the report
+    needs their capacity, not a bound.
+    """
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if trial.user_attrs.get(ROLE, Role.SEARCH.value) != Role.SEARCH.value:
+            return False
+        step = trial.last_step
+        if step is None:
+            return False
+        best = best_capacity(study)
+        return best > 0 and trial.intermediate_values[step] <= best
+
+
+def best_capacity(study: optuna.Study) -> float:
+    """The highest finished trial value (0 when none has finished)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    values = [t.value for t in done if t.value is not None and math.isfinite(t.value)]
+    return max(values, default=0.0)
+
+
+def open_study(
+    storage: str | optuna.storages.BaseStorage,
+    study_name: str,
+    sampler: BaseSampler,
+    pruner: BasePruner,
+    meta: dict[str, Any],
+) -> optuna.Study:
+    """Create the study, or load it to resume; a study made for another SLO or workload is
+    refused rather than mixed with this run's measurements."""
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
+        )
+    except (ImportError, ValueError, RuntimeError) as exc:
+        raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
+    old = study.user_attrs.get(META)
+    if old is None:
+        study.set_user_attr(META, meta)
+        return study
+    for key in sorted(set(old) | set(meta)):
+        if old.get(key) != meta.get(key):
+            raise TuneError(
+                f"study {study_name!r} was made with {key}={old.get(key)!r}, not "
+                f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
+            )
+    return study
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
+    """Fail trials left RUNNING by a killed process and queue their configs again.
+
+    A trial is stale when its worker ran on this host and is gone, or when it has not finished
+    a level for `STALE_AFTER_S`. Finished trials are untouched, so a resumed run loses none.
+    """
+    now_s = time.time() if now_s is None else now_s
+    host = socket.gethostname()
+    recovered = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = str(trial.user_attrs.get(WORKER, ""))
+        trial_host, _, pid = worker.rpartition(":")
+        beat = trial.user_attrs.get(HEARTBEAT, trial.datetime_start.timestamp())
+        dead_here = trial_host == host and pid.isdigit() and not _pid_alive(int(pid))
+        if not (dead_here or now_s - beat > STALE_AFTER_S):
+            continue
+        try:
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # another worker recovered it first
+            continue
+        role = trial.user_attrs.get(ROLE, Role.SEARCH.value)
+        study.enqueue_trial(trial.params, user_attrs={ROLE: role})
+        recovered.append(trial.number)
+    return recovered
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials that count toward `--trials`: complete or pruned."""
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def has_role(study: optuna.Study, role: Role) -> bool:
+    """A trial with this role exists (finished, running or queued), so do not enqueue another."""
+    live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    return any(t.user_attrs.get(ROLE) == role.value for t in study.get_trials(states=live))
