@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from engine_lite.server.state import Ready, ServerState
 
 log = logging.getLogger("engine_lite.server")
+_MIN_TEMP = 0.01
+_MIN_TOP_P = 1e-6
 Parser = Callable[[dict[str, Any]], GenerationRequest]
 
 
@@ -103,18 +105,38 @@ def _sampling_params(greq: GenerationRequest, num_prompt: int, ready: Ready) -> 
             param="max_tokens",
         )
     _check_in_vocab(list(greq.stop_token_ids), ready.vocab_size, "stop_token_ids")
+    _check_min_tokens_reachable(greq, ready)
+    # vLLM V1 raises temperatures in (0, 0.01) to 0.01: dividing logits by less overflows to
+    # inf, and the softmax turns it into NaN probabilities.
+    temperature = greq.temperature if greq.temperature == 0 else max(greq.temperature, _MIN_TEMP)
+    # Any top_p at or below the top token's probability (>= 1/vocab) keeps that token alone, so
+    # raising a tiny top_p to 1e-6 changes no answer; below float32's range it would read as 0.
+    top_p = max(greq.top_p, _MIN_TOP_P)
     try:
         return SamplingParams(
             max_tokens=max_tokens,
             min_tokens=greq.min_tokens,
-            temperature=greq.temperature,
-            top_p=greq.top_p,
+            temperature=temperature,
+            top_p=top_p,
             seed=greq.seed,
             ignore_eos=greq.ignore_eos,
             stop_token_ids=greq.stop_token_ids,
         )
     except EngineLiteError as exc:
         raise APIError(str(exc), param=str(exc).split("=", 1)[0]) from None
+
+
+def _check_min_tokens_reachable(greq: GenerationRequest, ready: Ready) -> None:
+    # Until min_tokens are out, stop ids cannot be sampled; if they are every id, nothing can.
+    if greq.min_tokens == 0 or len(greq.stop_token_ids) < ready.vocab_size:
+        return
+    banned = set(greq.stop_token_ids)
+    if len(banned) >= ready.vocab_size:
+        raise APIError(
+            f"stop_token_ids cover all {ready.vocab_size} token ids, so min_tokens="
+            f"{greq.min_tokens} could never be met; drop some stop ids or set min_tokens=0",
+            param="stop_token_ids",
+        )
 
 
 async def _events(

@@ -21,7 +21,7 @@ def test_unset_flags_keep_engine_config_defaults():
 def test_every_knob_maps_to_its_config_field():
     cfg = _config(
         "--model", "small", "--max-num-batched-tokens", "2048", "--max-num-seqs", "64",
-        "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "512",
+        "--enable-chunked-prefill", "--long-prefill-token-threshold", "512",
         "--max-num-partial-prefills", "1", "--max-long-partial-prefills", "1",
         "--policy", "prefill_first", "--block-size", "32", "--num-gpu-blocks-override", "100",
         "--gpu-memory-utilization", "0.5", "--kv-cache-memory-gb", "0.25",
@@ -30,12 +30,17 @@ def test_every_knob_maps_to_its_config_field():
     )  # fmt: skip
     assert cfg == EngineConfig(
         model="small", max_num_batched_tokens=2048, max_num_seqs=64,
-        enable_chunked_prefill=False, long_prefill_token_threshold=512,
+        enable_chunked_prefill=True, long_prefill_token_threshold=512,
         max_num_partial_prefills=1, max_long_partial_prefills=1, policy=Policy.PREFILL_FIRST,
         block_size=32, num_gpu_blocks_override=100, gpu_memory_utilization=0.5,
         kv_cache_memory_gb=0.25, max_model_len=2048, device="cpu", dtype="float32",
         attention_backend="torch", seed=7,
     )  # fmt: skip
+
+
+def test_no_enable_chunked_prefill_turns_it_off():
+    cfg = _config("--no-enable-chunked-prefill", "--max-model-len", "4096")
+    assert cfg.enable_chunked_prefill is False
 
 
 @pytest.mark.parametrize(

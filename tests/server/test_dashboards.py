@@ -172,15 +172,14 @@ async def _load(url: str, min_duration_s: float, max_requests: int) -> int:
     return done
 
 
-def _wait_for_scrape(prom, total: int) -> None:
-    query = f'sum(vllm:request_success_total{{model_name="{SERVED}"}})'
-    end = time.monotonic() + 20
+def _wait_for(prom, query: str, ok, what: str, timeout_s: float = 30.0) -> None:
+    end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         result = prom.custom_query(query=query)
-        if result and float(result[0]["value"][1]) >= total:
+        if result and ok(float(result[0]["value"][1])):
             return
         time.sleep(0.25)
-    raise AssertionError(f"prometheus never scraped {total} finished requests")
+    raise AssertionError(f"prometheus never saw {what} within {timeout_s} s")
 
 
 @pytest.mark.skipif(
@@ -190,9 +189,13 @@ def _wait_for_scrape(prom, total: int) -> None:
 def test_every_dashboard_query_returns_data_from_a_real_prometheus(serve_url, prometheus_url):
     from prometheus_api_client import PrometheusConnect
 
-    total = asyncio.run(_load(serve_url, min_duration_s=4.0, max_requests=160))
     prom = PrometheusConnect(url=prometheus_url, disable_ssl=True)
-    _wait_for_scrape(prom, total)
+    # Prometheus hands new targets to its scraper a few seconds after start; load before that
+    # would leave too few samples for rate().
+    _wait_for(prom, 'up{job="engine-lite"}', lambda v: v == 1, "the server up")
+    total = asyncio.run(_load(serve_url, min_duration_s=4.0, max_requests=160))
+    finished = f'sum(vllm:request_success_total{{model_name="{SERVED}"}})'
+    _wait_for(prom, finished, lambda v: v >= total, f"{total} finished requests")
     # The dashboard's model_name variable comes from this series' labels.
     assert prom.custom_query(query="vllm:num_requests_running")[0]["metric"]["model_name"] == SERVED
     empty = []

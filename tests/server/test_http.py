@@ -9,6 +9,7 @@ import pytest
 
 from tests.server.conftest import API_KEY, SERVED_NAME
 
+ABORTS = "vllm:request_success_total"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
@@ -111,13 +112,15 @@ async def _scrape(session, url):
         return await resp.text()
 
 
-async def _wait_idle(session, url, deadline_s=30.0):
+async def _wait_idle(session, url, also=lambda text: True, deadline_s=30.0):
+    """Scrapes until the server is idle and `also(text)` holds, or the deadline passes."""
     end = time.monotonic() + deadline_s
     while True:
         text = await _scrape(session, url)
         idle = (
             _metric(text, "vllm:num_requests_running") == 0
             and _metric(text, "vllm:kv_cache_usage_perc") == 0
+            and also(text)
         )
         if idle or time.monotonic() > end:
             return text
@@ -133,9 +136,7 @@ async def test_disconnect_mid_stream_aborts_and_frees_kv(server):
         "stream": True,
     }
     async with aiohttp.ClientSession() as s:
-        before = _metric(
-            await _scrape(s, server.url), "vllm:request_success_total", finished_reason="abort"
-        )
+        before = _metric(await _scrape(s, server.url), ABORTS, finished_reason="abort")
         resp = await s.post(f"{server.url}/v1/completions", json=body, headers=AUTH)
         got = 0
         async for line in resp.content:
@@ -145,10 +146,14 @@ async def test_disconnect_mid_stream_aborts_and_frees_kv(server):
         mid = await _scrape(s, server.url)
         assert _metric(mid, "vllm:kv_cache_usage_perc") > 0
         resp.close()  # hang up mid-stream
-        text = await _wait_idle(s, server.url)
+
+        def abort_counted(text):
+            return _metric(text, ABORTS, finished_reason="abort") == before + 1
+
+        text = await _wait_idle(s, server.url, also=abort_counted)
     assert _metric(text, "vllm:num_requests_running") == 0
     assert _metric(text, "vllm:kv_cache_usage_perc") == 0
-    assert _metric(text, "vllm:request_success_total", finished_reason="abort") == before + 1
+    assert _metric(text, ABORTS, finished_reason="abort") == before + 1
     assert server.state.ready.engine.stats().kv_cache_usage == 0
 
 

@@ -106,8 +106,22 @@ def test_stop_token_ids_and_min_tokens(client):
         return out.choices[0].finish_reason, out.usage.completion_tokens
 
     assert run() == ("stop", 1)
-    assert run(min_tokens=3) == ("stop", 3)
-    assert run(min_tokens=8) == ("length", 8)
+    with pytest.raises(openai.BadRequestError, match="min_tokens"):
+        run(min_tokens=3)  # no token could ever be sampled
+    most = list(range(4000))  # greedy tiny picks ids across the vocabulary
+    out = client.completions.create(
+        model=SERVED_NAME, prompt="q", max_tokens=8, temperature=0,
+        extra_body={"stop_token_ids": most, "min_tokens": 3},
+    )  # fmt: skip
+    assert out.usage.completion_tokens >= 3
+
+
+def test_tiny_temperatures_do_not_break_sampling(client):
+    for temperature in (1e-40, 1e-6, 0.005):
+        out = client.completions.create(
+            model=SERVED_NAME, prompt="t", max_tokens=4, temperature=temperature, top_p=1e-300
+        )
+        assert out.usage.completion_tokens == 4
 
 
 @pytest.mark.parametrize(
