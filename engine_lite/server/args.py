@@ -110,10 +110,10 @@ def config_from_args(ns: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**given)
     except EngineLiteError as exc:
-        raise EngineLiteError(_as_flag(str(exc))) from None
+        raise EngineLiteError(as_flag(str(exc))) from None
 
 
-def _as_flag(message: str) -> str:
+def as_flag(message: str) -> str:
     # EngineConfig speaks in field names; on the command line the user typed flags. "model" is
     # only rewritten as `model=`, since the bare word is also plain prose.
     for field in ENGINE_FIELDS:

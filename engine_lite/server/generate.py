@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -54,7 +55,9 @@ async def handle_generate(
     params = _sampling_params(greq, len(prompt_ids), ready)
     prefix = "chatcmpl" if greq.endpoint is Endpoint.CHAT else "cmpl"
     header = ResponseHeader.new(greq.endpoint, f"{prefix}-{uuid.uuid4().hex}", served)
-    events = _events(ready, prompt_ids, params, header.request_id)
+    # Bad input raises EngineLiteError here, at the call (a 400); leaving the iteration early
+    # (client gone, cancelled handler, aclose) aborts the request and frees its KV blocks.
+    events = ready.engine.generate(prompt_ids, params, request_id=header.request_id)
     if greq.stream:
         return await _stream(request, ready, greq, header, len(prompt_ids), events)
     return await _complete(ready, header, len(prompt_ids), events)
@@ -139,18 +142,9 @@ def _check_min_tokens_reachable(greq: GenerationRequest, ready: Ready) -> None:
         )
 
 
-async def _events(
-    ready: Ready, prompt_ids: list[int], params: SamplingParams, request_id: str
-) -> AsyncIterator[TokenEvent]:
-    """The engine's events; a request left unfinished (client gone, error) is aborted."""
-    finished = False
-    try:
-        async for ev in ready.engine.generate(prompt_ids, params, request_id=request_id):
-            finished = ev.finished
-            yield ev
-    finally:
-        if not finished:
-            await ready.engine.abort(request_id)
+def _engine_failed(header: ResponseHeader, exc: Exception) -> APIError:
+    log.error("request %s failed in the engine: %r", header.request_id, exc)
+    return APIError(f"the engine failed: {exc}", status=500)
 
 
 async def _complete(
@@ -159,13 +153,16 @@ async def _complete(
     detok = ready.tokenizer.detokenizer()
     pieces: list[str] = []
     finish_reason, num_output, first = None, 0, True
-    async for ev in events:
-        ready.metrics.on_tokens(len(ev.token_ids), num_prompt, first)
-        first = False
-        pieces.append(detok.step(ev.token_ids))
-        num_output = ev.num_output_tokens
-        if ev.finished:
-            finish_reason = ev.finish_reason
+    try:
+        async for ev in events:
+            ready.metrics.on_tokens(len(ev.token_ids), num_prompt, first)
+            first = False
+            pieces.append(detok.step(ev.token_ids))
+            num_output = ev.num_output_tokens
+            if ev.finished:
+                finish_reason = ev.finish_reason
+    except Exception as exc:  # the input was valid; only the engine itself fails here
+        raise _engine_failed(header, exc) from None
     pieces.append(detok.flush())
     body = full_response(header, "".join(pieces), finish_reason, num_prompt, num_output)
     return web.json_response(body)
@@ -181,10 +178,12 @@ async def _stream(
 ) -> web.StreamResponse:
     it = events.__aiter__()
     try:
-        # Headers go out with the first token, so an engine-side rejection is still a plain 400.
+        # Headers go out with the first token, so a failure before it is still a plain status.
         ev = await it.__anext__()
     except StopAsyncIteration:
         raise APIError("the request was aborted before its first token", status=503) from None
+    except Exception as exc:
+        raise _engine_failed(header, exc) from None
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
@@ -193,11 +192,11 @@ async def _stream(
             await resp.write(usage_chunk(header, num_prompt, num_output))
         await resp.write(DONE)
     except ConnectionError:
-        pass  # the client hung up; `_events` aborted the request
+        pass  # the client hung up; closing the iterator below aborts the request
     except Exception as exc:  # headers are out: report in-band, as vLLM does
-        log.exception("request %s failed mid-stream", header.request_id)
-        err = APIError(f"the engine failed: {exc}", status=500)
-        await resp.write(error_chunk(err.body()) + DONE)
+        err = _engine_failed(header, exc)
+        with contextlib.suppress(ConnectionError):
+            await resp.write(error_chunk(err.body()) + DONE)
     finally:
         await it.aclose()  # type: ignore[attr-defined]
     return resp

@@ -9,7 +9,7 @@ import sys
 from engine_lite.config import EngineConfig
 from engine_lite.errors import EngineLiteError
 from engine_lite.server.app import STATE, build_app, start_site
-from engine_lite.server.args import build_serve_parser, config_from_args
+from engine_lite.server.args import as_flag, build_serve_parser, config_from_args
 from engine_lite.server.state import ServerSettings
 
 
@@ -20,7 +20,8 @@ def main(argv: list[str]) -> int:
         settings = ServerSettings(ns.served_model_name or ns.model, ns.api_key)
         asyncio.run(serve(config, settings, ns.host, ns.port))
     except EngineLiteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Load errors speak of config fields; the user typed flags.
+        print(f"error: {as_flag(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass

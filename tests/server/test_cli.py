@@ -77,3 +77,14 @@ def test_console_script_reports_without_traceback():
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_model_that_cannot_load_exits_2_after_opening_the_port(tmp_path):
+    missing = tmp_path / "no-such-model"
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine_lite.cli", "serve", "--model", str(missing), "--port", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "listening on http://127.0.0.1:" in proc.stdout
+    assert proc.stderr.startswith("error: --model=") and proc.stderr.count("\n") == 1
