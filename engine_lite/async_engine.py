@@ -205,6 +205,9 @@ class AsyncEngine:
                     aborted, self._aborted = self._aborted, []
                     start_s = self._clock()
                     out = engine.begin_step()
+                    if not out.scheduled and engine.has_unfinished():
+                        # Would spin forever; fail the streams loudly instead.
+                        raise RuntimeError("the scheduler made no progress with requests queued")
                 self._notify_finished(aborted)
                 if not out.scheduled:
                     continue

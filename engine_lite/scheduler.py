@@ -163,27 +163,35 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         step = _Step(self.token_budget)
-        self._count_partial_prefills(step)
+        decodes, prefills = self._split_running(step)
         if self.config.policy is Policy.DECODE_FIRST:
-            self._schedule_running(step, decodes=True)
-            self._schedule_running(step, decodes=False)
+            self._schedule_running(step, decodes, is_prefill=False)
+            self._schedule_running(step, prefills, is_prefill=True)
             self._schedule_waiting(step)
         else:
-            self._schedule_running(step, decodes=False)
+            self._schedule_running(step, prefills, is_prefill=True)
             self._schedule_waiting(step)
-            self._schedule_running(step, decodes=True)
+            self._schedule_running(step, decodes, is_prefill=False)
         out = self._build_output(step)
         self._check_invariants(out)
         return out
 
-    def _count_partial_prefills(self, step: _Step) -> None:
+    def _split_running(self, step: _Step) -> tuple[list[Request], list[Request]]:
+        """Running decodes and running mid-prefill requests, in admission order; the latter
+        count as partial prefills (and long ones as long) until their prefill completes."""
         threshold = self.long_prefill_threshold
+        decodes: list[Request] = []
+        prefills: list[Request] = []
         for req in self.running:
             if req.is_prefill:
+                prefills.append(req)
                 step.partial_ids.add(req.request_id)
                 if threshold and req.num_uncomputed_tokens > threshold:
                     step.long_ids.add(req.request_id)
+            else:
+                decodes.append(req)
         step.slot_budget = self._partial_prefill_slot_budget(step)
+        return decodes, prefills
 
     def _partial_prefill_slot_budget(self, step: _Step) -> int:
         """vLLM V0 splits the budget evenly over the prefills that can run at once
@@ -200,7 +208,8 @@ class Scheduler:
                     continue
                 longs += 1
             prefills += 1
-        return self.token_budget // max(1, min(prefills, max_partial))
+        # At least 1 token, or a budget smaller than the prefill count would stall them all.
+        return max(1, self.token_budget // max(1, min(prefills, max_partial)))
 
     def _prefill_chunk(self, req: Request, step: _Step) -> int:
         remaining = req.num_uncomputed_tokens
@@ -211,15 +220,13 @@ class Scheduler:
             n = min(n, self.long_prefill_threshold)
         return n
 
-    def _schedule_running(self, step: _Step, decodes: bool) -> None:
-        for req in list(self.running):
+    def _schedule_running(self, step: _Step, reqs: list[Request], is_prefill: bool) -> None:
+        running = RequestStatus.RUNNING
+        for req in reqs:
             if step.budget_left <= 0:
                 return
-            if req.status is not RequestStatus.RUNNING or req.request_id in step.scheduled:
-                continue  # preempted earlier in this step, or already has its tokens
-            is_prefill = req.is_prefill
-            if is_prefill == decodes:
-                continue
+            if req.status is not running:
+                continue  # preempted earlier in this step
             n = self._prefill_chunk(req, step) if is_prefill else 1
             if n == 0 or not self._allocate_or_preempt(req, n, step):
                 continue
@@ -312,11 +319,12 @@ class Scheduler:
     def _check_invariants(self, out: SchedulerOutput) -> None:
         assert out.total_num_scheduled_tokens <= self.token_budget, "token budget exceeded"
         assert len(self.running) <= self.max_num_seqs, "max_num_seqs exceeded"
-        block_size = self.block_manager.block_size
+        block_size, running = self.block_manager.block_size, RequestStatus.RUNNING
         for req, n in out.scheduled:
             end = req.num_computed_tokens + n
+            num_tokens = len(req.prompt_token_ids) + len(req.output_token_ids)
             assert n >= 1, f"{req.request_id} scheduled for {n} tokens"
-            assert req.status is RequestStatus.RUNNING, f"{req.request_id} is {req.status}"
-            assert end <= req.num_tokens, f"{req.request_id} scheduled past its known tokens"
+            assert req.status is running, f"{req.request_id} is {req.status}"
+            assert end <= num_tokens, f"{req.request_id} scheduled past its known tokens"
             assert len(req.block_table) * block_size >= end, f"{req.request_id} lacks blocks"
-            assert self.chunked or end == req.num_tokens, f"{req.request_id} was chunked"
+            assert self.chunked or end == num_tokens, f"{req.request_id} was chunked"

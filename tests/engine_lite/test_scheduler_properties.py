@@ -86,7 +86,10 @@ def _run(fakes, cfg_knobs, reqs, num_blocks, block_size, eos):
             i, a = pending.pop(0)
             requests[str(i)] = engine.add_request(a.prompt, a.params, request_id=str(i))
         if engine.has_unfinished():
+            num_batches = len(runner.batches)
             result = engine.step()
+            # Progress: with requests in flight, every step runs something.
+            assert len(runner.batches) == num_batches + 1, f"step {step} scheduled nothing"
             batch = runner.batches[-1]
             assert sum(n for _, _, n in batch) <= cfg_knobs["max_num_batched_tokens"]
             assert len(batch) <= cfg_knobs["max_num_seqs"]
