@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -51,9 +52,9 @@ class LLMEngine:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if runner is None:
-            from engine_lite.runner import ModelRunner  # torch only when a real model is wanted
-
-            runner = ModelRunner(config)
+            # Resolved at run time: importing engine_lite, or type-checking its pure parts,
+            # never loads torch; only building a real model does.
+            runner = importlib.import_module("engine_lite.runner").ModelRunner(config)
         self.runner: Runner = runner
         self.clock = clock
         self.max_model_len = runner.max_model_len
