@@ -47,6 +47,7 @@ def create_backend(
     block_size: int,
     device: torch.device,
     sliding_window: int | None,
+    dtype: torch.dtype,
 ) -> AttentionBackend:
     cls = FlashPagedAttention if backend == "flash" else TorchPagedAttention
-    return cls(num_heads, num_kv_heads, head_dim, block_size, device, sliding_window)
+    return cls(num_heads, num_kv_heads, head_dim, block_size, device, sliding_window, dtype)

@@ -72,8 +72,10 @@ class AttentionBackend(ABC):
         block_size: int,
         device: torch.device,
         sliding_window: int | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.num_heads = num_heads
+        self.dtype = dtype
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.block_size = block_size

@@ -30,7 +30,7 @@ class DecodeGroup:
     block_ids: torch.Tensor  # [R * blocks_per_row] physical blocks, row-major
     blocks_per_row: int
     ctx_len: int  # padded key length
-    mask: torch.Tensor | None  # [R, 1, 1, ctx_len] bool (True = attend); None = all valid
+    mask: torch.Tensor | None  # [R, 1, 1, ctx_len] additive (0 or -inf); None = all valid
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class PrefillChunk:
     end: int
     ctx_len: int
     block_ids: torch.Tensor | None  # None: the chunk is its whole context (use fresh k/v)
-    mask: torch.Tensor | None  # [n, ctx_len] bool; None with block_ids None = plain causal
+    mask: torch.Tensor | None  # [n, ctx_len] additive; None with block_ids None = plain causal
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ class TorchPagedAttention(AttentionBackend):
             valid = key_pos[None, :] < lens[:, None]
             if self.sliding_window is not None:
                 valid &= key_pos[None, :] >= (lens - self.sliding_window)[:, None]
-            mask = torch.from_numpy(valid[:, None, None, :]).to(self.device)
+            mask = self._additive(torch.from_numpy(valid[:, None, None, :]).to(self.device))
         return DecodeGroup(
             token_idx=None if is_identity else torch.from_numpy(token_idx).to(self.device),
             block_ids=torch.from_numpy(block_ids).to(self.device),
@@ -127,7 +127,13 @@ class TorchPagedAttention(AttentionBackend):
         mask = k_pos <= q_pos
         if window is not None:
             mask &= k_pos > q_pos - window
-        return PrefillChunk(start, end, ctx_len, block_ids=block_ids, mask=mask)
+        return PrefillChunk(start, end, ctx_len, block_ids=block_ids, mask=self._additive(mask))
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        # SDPA turns a boolean mask into an additive one on every call; doing it once per step
+        # spares that work in every layer.
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, float("-inf"))
 
     def forward(
         self,
@@ -158,7 +164,7 @@ class TorchPagedAttention(AttentionBackend):
         rows = q if g.token_idx is None else q.index_select(0, g.token_idx)
         num_rows = rows.shape[0]
         # GQA without copying K/V: the query heads sharing a KV head become query rows of it.
-        qg = rows.view(num_rows, self.num_kv_heads, -1, self.head_dim)
+        qg = rows.reshape(num_rows, self.num_kv_heads, -1, self.head_dim)
         keys = self._gather(k_cache, g, num_rows)
         values = self._gather(v_cache, g, num_rows)
         o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=g.mask, scale=self.scale)

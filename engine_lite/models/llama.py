@@ -50,10 +50,13 @@ class LlamaAttention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         cfg = self.cfg
-        q, k, v = self.qkv_proj(x).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-        q = apply_rotary(q.view(-1, cfg.num_heads, cfg.head_dim), cos, sin)
-        k = apply_rotary(k.view(-1, cfg.num_kv_heads, cfg.head_dim), cos, sin)
-        v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
+        heads = self.qkv_proj(x).view(-1, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)
+        num_qk = cfg.num_heads + cfg.num_kv_heads
+        # q and k heads sit side by side in the fused output: rotate them in one pass.
+        q, k = apply_rotary(heads[:, :num_qk], cos, sin).split(
+            [cfg.num_heads, cfg.num_kv_heads], dim=1
+        )
+        v = heads[:, num_qk:]
         out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta)
         return self.o_proj(out.view(-1, cfg.q_size))
 

@@ -9,7 +9,7 @@ from typing import Any
 from engine_lite.errors import EngineLiteError
 
 
-class ModelType(str, enum.Enum):
+class ModelType(enum.StrEnum):
     """Architectures the Llama implementation covers (they differ only in biases and defaults)."""
 
     LLAMA = "llama"
@@ -17,7 +17,7 @@ class ModelType(str, enum.Enum):
     QWEN2 = "qwen2"
 
 
-class RopeType(str, enum.Enum):
+class RopeType(enum.StrEnum):
     """RoPE frequency scalings we implement, named as Hugging Face's `rope_type`."""
 
     DEFAULT = "default"
