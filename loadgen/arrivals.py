@@ -15,14 +15,11 @@ import numpy as np
 from loadgen.errors import LoadgenError
 
 
-class ArrivalKind(str, enum.Enum):
+class ArrivalKind(enum.StrEnum):
     POISSON = "poisson"
     GAMMA = "gamma"
     CONSTANT = "constant"
     TRACE = "trace"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def arrival_pattern(

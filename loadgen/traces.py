@@ -6,7 +6,7 @@ import csv
 import enum
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,10 @@ BUNDLED_TRACE_FILES = ("azure_conv_2023_5min.csv", "azure_code_2023_5min.csv")
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's hash_ids name 512-token prompt blocks
 
 
-class TraceFormat(str, enum.Enum):
+class TraceFormat(enum.StrEnum):
     AZURE = "azure"  # TIMESTAMP,ContextTokens,GeneratedTokens
     MOONCAKE = "mooncake"  # {"timestamp": ms, "input_length", "output_length", "hash_ids"?}
     JSONL = "jsonl"  # {"timestamp_s"?, "input_len", "output_len", "prompt_token_ids"?}
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,7 +102,7 @@ def write_trace_jsonl(rows: list[TraceRow], path: str | Path) -> Path:
 def _azure_time_s(text: str) -> float:
     # `2023-11-16 18:15:46.6805900`: seven fractional digits, more than strptime's %f takes.
     base, _, frac = text.strip().partition(".")
-    dt = datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    dt = datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     return dt.timestamp() + (float("0." + frac) if frac else 0.0)
 
 

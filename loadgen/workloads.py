@@ -89,8 +89,8 @@ def build_workload(
     wl = Workload(name, [], max_model_len, vocab_size, threshold, params={"seed": seed})
     if name in presets.PRESETS:
         n = _need_count(name, num_requests)
-        prompts, outputs = presets.sample_lengths(presets.PRESETS[name], rng, n, scale)
-        _fill(wl, rng, prompts.tolist(), outputs.tolist())
+        p_arr, o_arr = presets.sample_lengths(presets.PRESETS[name], rng, n, scale)
+        _fill(wl, rng, p_arr.tolist(), o_arr.tolist())
     elif name == "agent":
         _fill_agent(wl, rng, _need_count(name, num_requests), scale)
     elif name == "random":

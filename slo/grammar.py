@@ -12,7 +12,7 @@ class SLOError(ValueError):
     """A malformed SLO string or term; the message names the bad term and the fix."""
 
 
-class Metric(str, enum.Enum):
+class Metric(enum.StrEnum):
     """Latency metrics as `vllm bench serve` defines them (see slo/metrics.py)."""
 
     TTFT = "ttft"
@@ -20,11 +20,8 @@ class Metric(str, enum.Enum):
     ITL = "itl"
     E2EL = "e2el"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Stat(str, enum.Enum):
+class Stat(enum.StrEnum):
     """The statistic a term limits: a percentile of the run's distribution, or its mean."""
 
     P50 = "p50"
@@ -38,9 +35,6 @@ class Stat(str, enum.Enum):
     def percentile(self) -> float | None:
         """The percentile in 0..100, or None for the mean."""
         return None if self is Stat.MEAN else float(self.value[1:])
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _UNIT_TO_S = {"ms": 1e-3, "s": 1.0}

@@ -1,0 +1,210 @@
+"""`replay`: send requests at absolute scheduled times, watch the loop's lag, collect records."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loadgen.errors import LoadgenError
+from loadgen.lag import LoopLagMonitor
+from loadgen.progress import Counters, MutableCounters, progress_display
+from loadgen.records import RequestRecord
+from loadgen.target import Target
+from loadgen.workloads import RequestSpec
+
+DEFAULT_LAG_TOLERANCE_S = 0.010
+START_DELAY_S = 0.05  # room to create the first tasks before the first scheduled send
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Records of one replay and whether the client kept its schedule.
+
+    `schedule_ok` is False when the p99 of the loop's timer lag or of the send lag (actual
+    minus scheduled send time) exceeded `lag_tolerance_s`: the client, not the server, was
+    the bottleneck, and latencies measured in such a run cannot be trusted. `notes` says why.
+    """
+
+    records: list[RequestRecord]
+    start_s: float
+    max_loop_lag_s: float
+    p99_loop_lag_s: float
+    max_send_lag_s: float
+    p99_send_lag_s: float
+    lag_tolerance_s: float
+    workers: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def schedule_ok(self) -> bool:
+        return not self.notes
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.warmup]
+
+
+async def replay(
+    target: Target,
+    requests: Sequence[RequestSpec],
+    offsets: Sequence[float],
+    warmup: int = 0,
+    timeout_s: float = 60.0,
+    progress: bool = False,
+    *,
+    workers: int = 1,
+    lag_tolerance_s: float = DEFAULT_LAG_TOLERANCE_S,
+) -> ReplayResult:
+    """Send `requests[i]` at `offsets[i]` seconds after the start; one record per request.
+
+    Send times are absolute (start + offset), never relative sleeps, so a late send does not
+    delay the ones after it. The first `warmup` requests are flagged `warmup=True`; slo leaves
+    them out of every metric. `workers > 1` spreads the schedule over that many processes.
+    """
+    _validate(requests, offsets, warmup, timeout_s, workers, lag_tolerance_s)
+    if workers > 1:
+        from loadgen.workers import replay_in_workers
+
+        return await replay_in_workers(
+            target, requests, offsets, warmup, timeout_s, progress, workers, lag_tolerance_s
+        )
+    counters = Counters()
+    await target.open()
+    try:
+        with progress_display(progress, len(requests), counters):
+            start = time.monotonic() + START_DELAY_S
+            scheduled = [start + off for off in offsets]
+            flags = [i < warmup for i in range(len(requests))]
+            records, lag = await run_schedule(
+                target, requests, scheduled, flags, timeout_s, counters
+            )
+    finally:
+        await target.close()
+    return summarize(records, start, [lag.samples_s], lag_tolerance_s, workers=1)
+
+
+async def run_schedule(
+    target: Target,
+    specs: Sequence[RequestSpec],
+    scheduled_s: Sequence[float],
+    warmup_flags: Sequence[bool],
+    timeout_s: float,
+    counters: MutableCounters,
+) -> tuple[list[RequestRecord], LoopLagMonitor]:
+    """Dispatch each spec at its absolute `scheduled_s` (monotonic) in this event loop."""
+    records = [
+        RequestRecord(s.index, s.class_name, s.prompt_len, s.output_len, t, warmup=w)
+        for s, t, w in zip(specs, scheduled_s, warmup_flags, strict=True)
+    ]
+    monitor = LoopLagMonitor()
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    # vLLM freezes the GC heap before a run (vllm.utils.gc_utils.freeze_gc_heap): collections
+    # of long-lived objects would otherwise pause the loop mid-measurement.
+    gc.collect()
+    gc.freeze()
+    monitor.start()
+    try:
+        for i in sorted(range(len(specs)), key=scheduled_s.__getitem__):
+            prepared = target.prepare(specs[i])
+            delay = scheduled_s[i] - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(
+                loop.create_task(_one(target, specs[i], prepared, records[i], timeout_s, counters))
+            )
+            counters.sent += 1
+        await asyncio.gather(*tasks)
+    finally:
+        await monitor.stop()
+        gc.unfreeze()
+    return records, monitor
+
+
+async def _one(
+    target: Target,
+    spec: RequestSpec,
+    prepared: object,
+    record: RequestRecord,
+    timeout_s: float,
+    counters: MutableCounters,
+) -> None:
+    try:
+        await target.send(spec, prepared, record, timeout_s)
+    except Exception as exc:  # a client bug must not end the run: it becomes a failed record
+        record.fail(f"client error: {type(exc).__name__}: {exc}", time.monotonic())
+    finally:
+        counters.done += 1
+
+
+def summarize(
+    records: list[RequestRecord],
+    start_s: float,
+    lag_samples: list[list[float]],
+    tolerance_s: float,
+    workers: int,
+) -> ReplayResult:
+    """Fold loop-lag samples (one list per process) and send lags into a `ReplayResult`."""
+    loop_lags = np.asarray([x for s in lag_samples for x in s] or [0.0])
+    send_lags = np.asarray(
+        [r.sent_s - r.scheduled_s for r in records if math.isfinite(r.sent_s)] or [0.0]
+    )
+    p99_loop, p99_send = float(np.percentile(loop_lags, 99)), float(np.percentile(send_lags, 99))
+    notes = []
+    if p99_loop > tolerance_s:
+        notes.append(
+            f"client event loop lagged (p99 {p99_loop * 1e3:.1f} ms > {tolerance_s * 1e3:g} ms): "
+            "chunk timestamps may be late; use more --workers or a lower rate"
+        )
+    if p99_send > tolerance_s:
+        notes.append(
+            f"client fell behind its schedule (p99 send lag {p99_send * 1e3:.1f} ms > "
+            f"{tolerance_s * 1e3:g} ms); use more --workers or a lower rate"
+        )
+    return ReplayResult(
+        records=records,
+        start_s=start_s,
+        max_loop_lag_s=float(loop_lags.max()),
+        p99_loop_lag_s=p99_loop,
+        max_send_lag_s=float(send_lags.max()),
+        p99_send_lag_s=p99_send,
+        lag_tolerance_s=tolerance_s,
+        workers=workers,
+        notes=notes,
+    )
+
+
+def _validate(
+    requests: Sequence[RequestSpec],
+    offsets: Sequence[float],
+    warmup: int,
+    timeout_s: float,
+    workers: int,
+    lag_tolerance_s: float,
+) -> None:
+    if not requests:
+        raise LoadgenError("no requests to replay; build a workload with num_requests >= 1")
+    if len(offsets) != len(requests):
+        raise LoadgenError(
+            f"{len(offsets)} arrival offsets for {len(requests)} requests; pass one per request"
+        )
+    if any(not (math.isfinite(o) and o >= 0) for o in offsets):
+        raise LoadgenError(
+            "arrival offsets must be finite and >= 0; build them with arrival_offsets()"
+        )
+    if isinstance(warmup, bool) or not 0 <= warmup < len(requests):
+        raise LoadgenError(
+            f"warmup={warmup!r} is invalid; use 0 <= warmup < {len(requests)} (the request count)"
+        )
+    if not timeout_s > 0:
+        raise LoadgenError(f"timeout={timeout_s!r} s is invalid; use a positive number of seconds")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise LoadgenError(f"workers={workers!r} is invalid; use an integer >= 1")
+    if not lag_tolerance_s > 0:
+        raise LoadgenError(f"lag tolerance {lag_tolerance_s!r} s is invalid; use a positive number")
