@@ -10,7 +10,7 @@ process, replays the same workload against both (alternating, several rounds) an
 ITL follows `vllm bench serve`: the gap between consecutive token-bearing chunks as the client
 receives them, pooled over requests; percentiles by numpy linear interpolation.
 
-    .venv/bin/python benchmarks/server_overhead.py [--rounds 5] [--burst 256]
+    .venv/bin/python benchmarks/server_overhead.py [--rounds 5] [--requests 4 16 32] [--burst 256]
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -150,23 +152,49 @@ def p50_ms(values: list[float]) -> float:
     return float(np.percentile(values, 50)) * 1e3
 
 
-async def compare(url: str, engine, wl: Workload, rounds: int) -> list[tuple[float, float]]:
-    await run_inprocess(engine, Workload(4, wl.prompt_len, 8))  # warm-up both paths
-    await run_http(url, Workload(4, wl.prompt_len, 8))
-    pairs = []
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running child, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def compare(server: subprocess.Popen, url: str, engine, wl: Workload, rounds: int) -> dict:
+    """Alternates the two paths `rounds` times; medians over rounds of each p50 and the diff.
+
+    CPU per token (server process + this client, against the in-process run) is reported
+    beside it: on a shared 2-core machine it is far less noisy than latency.
+    """
+    pairs, cpu_us = [], []
+    tokens = wl.num_requests * wl.output_len
     for r in range(rounds):
+        c0 = own_cpu_s()
         local = await run_inprocess(engine, wl)
+        c1, s1 = own_cpu_s(), child_cpu_s(server.pid)
         remote = await run_http(url, wl)
+        c2, s2 = own_cpu_s(), child_cpu_s(server.pid)
         if remote.errors:
             raise SystemExit(f"HTTP errors in round {r}: {remote.errors[:3]}")
         pairs.append((p50_ms(remote.itl_s), p50_ms(local.itl_s)))
+        cpu_us.append(((c2 - c1) + (s2 - s1) - (c1 - c0)) / tokens * 1e6)
         print(
-            f"round {r}: ITL p50 server {pairs[-1][0]:.3f} ms, in-process {pairs[-1][1]:.3f} ms, "
-            f"diff {pairs[-1][0] - pairs[-1][1]:+.3f} ms "
-            f"(TTFT p50 {p50_ms(remote.ttft_s):.1f} vs {p50_ms(local.ttft_s):.1f} ms)",
+            f"  {wl.num_requests:>3} streams, round {r}: ITL p50 server {pairs[-1][0]:.3f} ms, "
+            f"in-process {pairs[-1][1]:.3f} ms, diff {pairs[-1][0] - pairs[-1][1]:+.3f} ms; "
+            f"extra CPU {cpu_us[-1]:.0f} us/token",
             flush=True,
         )
-    return pairs
+    return {
+        "streams": wl.num_requests,
+        "itl_p50_server_ms": round(float(np.median([s for s, _ in pairs])), 3),
+        "itl_p50_inprocess_ms": round(float(np.median([i for _, i in pairs])), 3),
+        "overhead_ms": round(float(np.median([s - i for s, i in pairs])), 3),
+        "extra_cpu_us_per_token": round(float(np.median(cpu_us)), 1),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
@@ -178,34 +206,41 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     engine = AsyncEngine(config)
     await engine.start()
     try:
-        wl = Workload(args.requests, args.prompt_len, args.output_len)
-        pairs = await compare(url, engine, wl, args.rounds)
+        await run_inprocess(engine, Workload(4, args.prompt_len, 8))  # warm-up both paths
+        await run_http(url, Workload(4, args.prompt_len, 8))
+        table = [
+            await compare(
+                proc, url, engine, Workload(n, args.prompt_len, args.output_len), args.rounds
+            )
+            for n in args.requests
+        ]
         burst = await run_http(url, Workload(args.burst, args.prompt_len, args.burst_output_len))
     finally:
         await engine.shutdown()
         proc.terminate()
         proc.wait(timeout=30)
-    diffs = [s - i for s, i in pairs]
     return {
-        "workload": f"{args.requests} streams, prompt {args.prompt_len}, output {args.output_len}",
-        "itl_p50_server_ms": float(np.median([s for s, _ in pairs])),
-        "itl_p50_inprocess_ms": float(np.median([i for _, i in pairs])),
-        "overhead_ms_median_of_rounds": float(np.median(diffs)),
+        "model": args.model,
+        "prompt_len": args.prompt_len,
+        "output_len": args.output_len,
+        "rounds": args.rounds,
         "overhead_target_ms": 1.0,
+        "itl_by_streams": table,
         "burst_requests": args.burst,
         "burst_errors": args.burst - len(burst.ttft_s),
         "burst_error_samples": burst.errors[:3],
         "burst_wall_s": round(burst.wall_s, 2),
         "burst_output_tokens": burst.tokens,
-        "burst_ttft_p50_ms": p50_ms(burst.ttft_s) if burst.ttft_s else None,
-        "burst_itl_p50_ms": p50_ms(burst.itl_s) if burst.itl_s else None,
+        "burst_ttft_p50_ms": round(p50_ms(burst.ttft_s), 1) if burst.ttft_s else None,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--requests", type=int, default=32, help="concurrent streams per round")
+    parser.add_argument(
+        "--requests", type=int, nargs="+", default=[4, 16, 32], help="concurrent streams per round"
+    )
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
