@@ -123,11 +123,13 @@ def build_app(
     async def on_startup(_: web.Application) -> None:
         state.start_loading()
 
-    async def on_cleanup(_: web.Application) -> None:
+    async def on_shutdown(_: web.Application) -> None:
+        # Before aiohttp waits for open connections: stopping the engine ends every stream
+        # with finish_reason "abort" at once, instead of holding shutdown for long outputs.
         await state.close()
 
     app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+    app.on_shutdown.append(on_shutdown)
     return app
 
 

@@ -29,7 +29,7 @@ _UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
 }
 
 
-class Endpoint(str, enum.Enum):
+class Endpoint(enum.StrEnum):
     """The two generation endpoints, named by their response `object` prefix."""
 
     COMPLETIONS = "text_completion"

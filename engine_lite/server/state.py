@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,8 @@ from engine_lite.server.tokenizer import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from engine_lite.async_engine import AsyncEngine
+
+log = logging.getLogger("engine_lite.server")
 
 
 @dataclass(slots=True)
@@ -79,6 +82,9 @@ class ServerState:
             self.ready = self._wire(engine)
         except EngineLiteError as exc:
             self.load_error = str(exc)
+        except Exception as exc:  # torch or file errors: the server must still answer 503
+            log.exception("loading %s failed", self.config.model)
+            self.load_error = f"{type(exc).__name__}: {exc}"
 
     def _wire(self, engine: AsyncEngine) -> Ready:
         tokenizer = load_tokenizer(self.config.model, engine.vocab_size, engine.eos_token_id)
