@@ -45,7 +45,7 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queues: dict[str, asyncio.Queue[_Item]] = {}  # touched on the loop thread only
-        self._aborted: list[RequestStats] = []  # guarded by _cond; reported by the thread
+        self._release_wanted = False  # guarded by _cond: an abort left runner state to drop
         self._step_listeners: list[Callable[[StepStats], None]] = []
         self._finish_listeners: list[Callable[[RequestStats], None]] = []
         self._admitting = asyncio.Event()
@@ -80,7 +80,8 @@ class AsyncEngine:
         self._step_listeners = [*self._step_listeners, fn]
 
     def add_finish_listener(self, fn: Callable[[RequestStats], None]) -> None:
-        """`fn(RequestStats)` runs on the step thread when a request ends (aborts too)."""
+        """`fn(RequestStats)` runs when a request ends, before its last event is delivered:
+        on the step thread, or for an abort on the thread that aborted it."""
         self._finish_listeners = [*self._finish_listeners, fn]
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -102,9 +103,7 @@ class AsyncEngine:
         for rid in list(self._queues):
             await self.abort(rid)
         with self._cond:
-            aborted, self._aborted = self._aborted, []
             self._engine.release_pending()
-        self._notify_finished(aborted)
 
     # ---- requests -----------------------------------------------------------------------
 
@@ -166,9 +165,11 @@ class AsyncEngine:
         with self._cond:
             stats = self._engine.abort_request(request_id)
             if stats is not None:
-                self._aborted.append(stats)
-                self._cond.notify()  # the thread drops runner state and tells listeners
-            return stats
+                self._release_wanted = True
+                self._cond.notify()  # the step thread drops the request's runner state
+        if stats is not None:
+            self._notify_finished([stats])
+        return stats
 
     async def reconfigure(self, **scheduler_knobs: Any) -> None:
         """New scheduler knobs with the same weights and KV tensors. New requests wait while
@@ -198,17 +199,16 @@ class AsyncEngine:
         try:
             while True:
                 with cond:
-                    while not (self._stopping or self._aborted or engine.has_unfinished()):
+                    while not (self._stopping or self._release_wanted or engine.has_unfinished()):
                         cond.wait()  # idle: sleep until a request, an abort or shutdown
                     if self._stopping:
                         return
-                    aborted, self._aborted = self._aborted, []
+                    self._release_wanted = False
                     start_s = self._clock()
                     out = engine.begin_step()
                     if not out.scheduled and engine.has_unfinished():
                         # Would spin forever; fail the streams loudly instead.
                         raise RuntimeError("the scheduler made no progress with requests queued")
-                self._notify_finished(aborted)
                 if not out.scheduled:
                     continue
                 sampled = engine.runner.execute(out.scheduled)  # outside the lock
@@ -222,11 +222,12 @@ class AsyncEngine:
                 self._loop.call_soon_threadsafe(self._fail_all, exc)
 
     def _publish(self, result: StepResult) -> None:
-        if result.events and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._dispatch, result.events)
+        # Listeners first, so a caller that sees a request end also sees it in the stats.
         for fn in self._step_listeners:
             _call_listener(fn, result.stats)
         self._notify_finished(result.finished)
+        if result.events and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._dispatch, result.events)
 
     def _notify_finished(self, finished: list[RequestStats]) -> None:
         for stats in finished:
