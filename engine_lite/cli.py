@@ -13,9 +13,12 @@ USAGE = """usage: engine-lite {serve,bench} [options]
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        print(USAGE, end="", file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help"):
         print(USAGE, end="")
-        return 0 if args else 2
+        return 0
     command, rest = args[0], args[1:]
     # Each subcommand owns its parser; imports stay lazy so a bad flag answers before torch loads.
     if command == "serve":

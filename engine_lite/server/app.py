@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine_lite.config import EngineConfig
 from engine_lite.errors import EngineLiteError
@@ -97,7 +98,7 @@ async def health(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     ready = request.app[STATE].require_ready()
     body = ready.metrics.render(ready.engine.stats())
-    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def build_app(

@@ -59,8 +59,8 @@ async def handle_generate(
     # (client gone, cancelled handler, aclose) aborts the request and frees its KV blocks.
     events = ready.engine.generate(prompt_ids, params, request_id=header.request_id)
     if greq.stream:
-        return await _stream(request, ready, greq, header, len(prompt_ids), events)
-    return await _complete(ready, header, len(prompt_ids), events)
+        return await _stream(request, state, ready, greq, header, len(prompt_ids), events)
+    return await _complete(state, ready, header, len(prompt_ids), events)
 
 
 def _prompt_token_ids(greq: GenerationRequest, ready: Ready) -> list[int]:
@@ -142,13 +142,20 @@ def _check_min_tokens_reachable(greq: GenerationRequest, ready: Ready) -> None:
         )
 
 
-def _engine_failed(header: ResponseHeader, exc: Exception) -> APIError:
+def _engine_failed(state: ServerState, header: ResponseHeader, exc: Exception) -> APIError:
+    # The input passed validation and generate() accepted it, so an error while iterating
+    # comes from the engine itself (its step thread died).
     log.error("request %s failed in the engine: %r", header.request_id, exc)
+    state.mark_engine_failed(repr(exc))
     return APIError(f"the engine failed: {exc}", status=500)
 
 
 async def _complete(
-    ready: Ready, header: ResponseHeader, num_prompt: int, events: AsyncIterator[TokenEvent]
+    state: ServerState,
+    ready: Ready,
+    header: ResponseHeader,
+    num_prompt: int,
+    events: AsyncIterator[TokenEvent],
 ) -> web.Response:
     detok = ready.tokenizer.detokenizer()
     pieces: list[str] = []
@@ -162,7 +169,7 @@ async def _complete(
             if ev.finished:
                 finish_reason = ev.finish_reason
     except Exception as exc:  # the input was valid; only the engine itself fails here
-        raise _engine_failed(header, exc) from None
+        raise _engine_failed(state, header, exc) from None
     pieces.append(detok.flush())
     body = full_response(header, "".join(pieces), finish_reason, num_prompt, num_output)
     return web.json_response(body)
@@ -170,6 +177,7 @@ async def _complete(
 
 async def _stream(
     request: web.Request,
+    state: ServerState,
     ready: Ready,
     greq: GenerationRequest,
     header: ResponseHeader,
@@ -183,7 +191,7 @@ async def _stream(
     except StopAsyncIteration:
         raise APIError("the request was aborted before its first token", status=503) from None
     except Exception as exc:
-        raise _engine_failed(header, exc) from None
+        raise _engine_failed(state, header, exc) from None
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
@@ -194,7 +202,7 @@ async def _stream(
     except ConnectionError:
         pass  # the client hung up; closing the iterator below aborts the request
     except Exception as exc:  # headers are out: report in-band, as vLLM does
-        err = _engine_failed(header, exc)
+        err = _engine_failed(state, header, exc)
         with contextlib.suppress(ConnectionError):
             await resp.write(error_chunk(err.body()) + DONE)
     finally:

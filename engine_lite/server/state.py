@@ -49,6 +49,7 @@ class ServerState:
         self.settings = settings
         self.ready: Ready | None = None
         self.load_error: str | None = None
+        self.engine_error: str | None = None
         self._given_engine = engine
         self._owns_engine = engine is None
         self._task: asyncio.Task[None] | None = None
@@ -65,11 +66,23 @@ class ServerState:
         return self.ready
 
     def require_ready(self) -> Ready:
+        if self.engine_error is not None:
+            raise APIError(
+                f"the engine stopped after an error ({self.engine_error}); restart the server",
+                status=503,
+            )
         if self.ready is not None:
             return self.ready
         if self.load_error is not None:
             raise APIError(f"the model failed to load: {self.load_error}", status=503)
         raise APIError("the model is still loading; retry once /health answers 200", status=503)
+
+    def mark_engine_failed(self, reason: str) -> None:
+        """The step thread died: from now on `/health` and every request answer 503, so an
+        orchestrator restarts the server instead of routing traffic to it."""
+        if self.engine_error is None:
+            log.error("engine failed: %s", reason)
+            self.engine_error = reason
 
     async def _load(self) -> None:
         try:

@@ -157,6 +157,22 @@ async def test_disconnect_mid_stream_aborts_and_frees_kv(server):
     assert server.state.ready.engine.stats().kv_cache_usage == 0
 
 
+async def test_client_timeout_on_a_non_streaming_request_aborts_it(server):
+    body = {"model": SERVED_NAME, "prompt": "slow", "max_tokens": 1000, "ignore_eos": True}
+    async with aiohttp.ClientSession() as s:
+        before = _metric(await _scrape(s, server.url), ABORTS, finished_reason="abort")
+        with pytest.raises(asyncio.TimeoutError):
+            timeout = aiohttp.ClientTimeout(total=0.3)
+            await s.post(f"{server.url}/v1/completions", json=body, headers=AUTH, timeout=timeout)
+
+        def abort_counted(text):
+            return _metric(text, ABORTS, finished_reason="abort") == before + 1
+
+        text = await _wait_idle(s, server.url, also=abort_counted)
+    assert _metric(text, ABORTS, finished_reason="abort") == before + 1
+    assert _metric(text, "vllm:kv_cache_usage_perc") == 0
+
+
 async def test_metrics_count_served_tokens_and_return_to_idle(server):
     async with aiohttp.ClientSession() as s:
         first = await _scrape(s, server.url)
