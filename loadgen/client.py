@@ -97,6 +97,7 @@ class HttpTarget:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
+        self.chunk_times_from_loop = True
 
     async def open(self) -> None:
         """Start the session and fail fast, in one line, when the server cannot be reached."""

@@ -30,6 +30,7 @@ class InProcessTarget:
         self.temperature = temperature
         self.description = f"in-process engine_lite ({engine.config.model})"
         self._prefix = ""
+        self.chunk_times_from_loop = False  # the engine stamps its tokens itself
 
     async def open(self) -> None:
         # A fresh id prefix per replay: the same engine serves many replays in a tuning run.

@@ -18,6 +18,9 @@ class Target(Protocol):
     """
 
     description: str
+    # True when chunk arrival times are stamped by the event loop (HTTP), so a lagging loop
+    # makes them late; False when they come from the server itself (the in-process engine).
+    chunk_times_from_loop: bool
 
     async def open(self) -> None: ...
 

@@ -169,7 +169,7 @@ async def _worker(
     arr: Any,
     worker: int,
 ) -> None:
-    from loadgen.runner import run_schedule
+    from loadgen.runner import frozen_gc, run_schedule
 
     target = factory()
     try:
@@ -178,13 +178,14 @@ async def _worker(
         conn.send(("error", str(exc)))
         return
     try:
-        conn.send(("ready", None))
-        start_s = conn.recv()  # blocks this loop on purpose: nothing runs before the anchor
-        scheduled = [start_s + off for off in offsets]
-        counters = SharedCounters(arr, worker)
-        records, lag = await run_schedule(
-            target, specs, scheduled, warmup_flags, timeout_s, counters
-        )
+        with frozen_gc():
+            conn.send(("ready", None))
+            start_s = conn.recv()  # blocks this loop on purpose: nothing runs before the anchor
+            scheduled = [start_s + off for off in offsets]
+            counters = SharedCounters(arr, worker)
+            records, lag = await run_schedule(
+                target, specs, scheduled, warmup_flags, timeout_s, counters
+            )
     finally:
         await target.close()
     conn.send(("done", (records, lag.samples_s)))
