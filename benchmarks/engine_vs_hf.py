@@ -14,6 +14,11 @@ and `eos_token_id=-1` so every request makes exactly 32 tokens; ours uses ignore
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads OpenMP: idle threads sleep instead of spinning (see engine_lite/bench.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
 import logging
@@ -84,7 +89,12 @@ def run_hf(model: torch.nn.Module, workload: list[BenchRequest], budget: int) ->
 def compare(args: argparse.Namespace) -> dict:
     cfg = PRESETS[args.preset]
     workload = mixed_workload(vocab_size=cfg.vocab_size, seed=args.seed)
-    results: dict = {"preset": args.preset, "repeats": args.repeats, "budgets": {}}
+    results: dict = {
+        "preset": args.preset,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "budgets": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         hf_model = save_hf_model(cfg, Path(tmp), args.seed)
         run_hf(hf_model, workload[:4], 256)  # warm-up
@@ -119,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)
     results = compare(args)
     print(json.dumps(results, indent=None if args.json else 2))

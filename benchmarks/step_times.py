@@ -9,6 +9,11 @@ prefill / decode says how much one unchunked long prompt stalls a batch of decod
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads OpenMP: idle threads sleep instead of spinning (see engine_lite/bench.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
 import statistics

@@ -7,6 +7,12 @@ instead runs N concurrent requests and reports only their pure-decode steps.
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads OpenMP: idle threads sleep instead of spinning. On a machine shared with
+# other work, spinning workers stall every parallel region (a 2-core box ran 6x slower).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
 import random
@@ -47,6 +53,7 @@ class BenchResult:
     max_step_ms: float
     num_preemptions: int
     mode: str
+    threads: int
 
 
 def mixed_workload(
@@ -136,7 +143,14 @@ def summarize(engine: object, workload: list[BenchRequest], run: dict, mode: str
         max_step_ms=round(max((s.step_duration_s for s in stats), default=0.0) * 1e3, 3),
         num_preemptions=run["num_preemptions"],
         mode=mode,
+        threads=_torch_threads(),
     )
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -170,6 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--attention-backend", default="auto")
     ap.add_argument("--num-gpu-blocks-override", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap.parse_args(argv)
 
@@ -193,6 +208,10 @@ def build_engine(args: argparse.Namespace) -> object:
 
 
 def bench(args: argparse.Namespace) -> BenchResult:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     engine = build_engine(args)
     vocab = engine.vocab_size  # type: ignore[attr-defined]
     # Warm-up: first-call costs (allocator growth, kernel selection) are not throughput.
