@@ -79,7 +79,7 @@ async def replay(
     await target.open()
     try:
         with progress_display(progress, len(requests), counters), frozen_gc():
-            start = time.monotonic() + START_DELAY_S  # after the collection, not before
+            start = time.monotonic() + START_DELAY_S
             scheduled = [start + off for off in offsets]
             flags = [i < warmup for i in range(len(requests))]
             records, lag = await run_schedule(
@@ -94,11 +94,11 @@ async def replay(
 
 @contextlib.contextmanager
 def frozen_gc() -> Iterator[None]:
-    """Collect once, then freeze the heap for the run, as vLLM does before a benchmark
+    """Freeze the heap for the run, as vLLM does before a benchmark
     (vllm.utils.gc_utils.freeze_gc_heap): collections of long-lived objects would otherwise
-    pause the loop mid-measurement. Collect before taking the start time: with torch loaded
-    a full collection takes a sizeable fraction of a second."""
-    gc.collect()
+    pause the loop mid-measurement. No full collection first: with torch loaded it takes a
+    sizeable fraction of a second and frees tensor memory that the in-process engine then
+    faults back in, which halved its measured throughput on a 2-core CPU."""
     gc.freeze()
     try:
         yield
