@@ -11,7 +11,7 @@ from typing import Any
 from engine_lite.errors import EngineLiteError
 
 
-class Policy(str, enum.Enum):
+class Policy(enum.StrEnum):
     """Which work takes the step's token budget first."""
 
     # Every running decode gets its token, then prefill chunks: vLLM V0 chunked-prefill order,
@@ -19,9 +19,6 @@ class Policy(str, enum.Enum):
     DECODE_FIRST = "decode_first"
     # Prefill chunks take the budget first; decodes get what is left.
     PREFILL_FIRST = "prefill_first"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 SCHEDULER_KNOBS = (
@@ -137,12 +134,6 @@ class EngineConfig:
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
                 f"max_num_batched_tokens={self.max_num_batched_tokens} and would never bind; "
                 "set it to at most max_num_batched_tokens (0 = off)"
-            )
-        if self.long_prefill_token_threshold and not self.enable_chunked_prefill:
-            # A cap on one request's prompt tokens per step is chunking; unchunked it cannot apply.
-            raise EngineLiteError(
-                f"long_prefill_token_threshold={self.long_prefill_token_threshold} needs "
-                "chunked prefill; set enable_chunked_prefill=True or the threshold to 0"
             )
         if self.max_num_partial_prefills > 1 and not self.enable_chunked_prefill:
             raise EngineLiteError(

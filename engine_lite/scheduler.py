@@ -36,7 +36,10 @@ class SchedulerOutput:
 
 def effective_long_prefill_threshold(config: EngineConfig, max_model_len: int) -> int:
     """The threshold in force: the knob, or vLLM's default of 4% of max_model_len when
-    several partial prefills are allowed and the knob is 0 (vLLM `SchedulerConfig`)."""
+    several partial prefills are allowed and the knob is 0 (vLLM `SchedulerConfig`).
+    Without chunked prefill there is none: a prompt runs whole or waits."""
+    if not config.enable_chunked_prefill:
+        return 0
     if config.long_prefill_token_threshold > 0:
         return config.long_prefill_token_threshold
     if config.max_num_partial_prefills > 1:

@@ -55,10 +55,6 @@ def test_policy_string_becomes_enum_and_replace_revalidates():
             {"max_num_partial_prefills": 4, "enable_chunked_prefill": False},
             "enable_chunked_prefill",
         ),
-        (
-            {"long_prefill_token_threshold": 64, "enable_chunked_prefill": False},
-            "long_prefill_token_threshold=64",
-        ),
         ({"enable_chunked_prefill": False, "max_model_len": 16384}, "max_model_len=16384"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization=1.5"),
         ({"kv_cache_memory_gb": 0}, "kv_cache_memory_gb=0"),

@@ -124,12 +124,14 @@ def test_max_num_seqs_bounds_running_requests(fakes):
 
 
 def test_unchunked_prompt_is_scheduled_whole_or_waits_in_order(fakes):
+    # A threshold has no effect without chunking (vLLM accepts the combination too).
     engine, runner = _engine(
         fakes,
         max_model_len=64,
         max_num_batched_tokens=64,
         max_num_seqs=8,
         enable_chunked_prefill=False,
+        long_prefill_token_threshold=8,
     )
     _add(engine, "a", 40, max_tokens=8)
     _add(engine, "b", 30, max_tokens=8)  # 40 + 30 > 64: waits whole, not chunked

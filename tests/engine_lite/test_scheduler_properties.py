@@ -38,12 +38,12 @@ def knobs(draw: st.DrawFn) -> dict:
         "enable_chunked_prefill": chunked,
         "policy": draw(st.sampled_from(["decode_first", "prefill_first"])),
     }
+    threshold = draw(st.sampled_from([0, 1, 3, 8, 20, budget]))
+    out["long_prefill_token_threshold"] = min(threshold, budget, MAX_MODEL_LEN)
     if chunked:
         partial = draw(st.integers(1, 4))
         out["max_num_partial_prefills"] = partial
         out["max_long_partial_prefills"] = draw(st.integers(1, partial))
-        threshold = draw(st.sampled_from([0, 1, 3, 8, 20, budget]))
-        out["long_prefill_token_threshold"] = min(threshold, budget, MAX_MODEL_LEN)
     return out
 
 
