@@ -182,6 +182,7 @@ def _wait_for(prom, query: str, ok, what: str, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"prometheus never saw {what} within {timeout_s} s")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("prometheus") is None,
     reason="the prometheus binary is absent (Debian: apt-get install prometheus; .ci/run does)",
