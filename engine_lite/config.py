@@ -173,11 +173,13 @@ class EngineConfig:
 
 
 def _parse_policy(value: object) -> Policy:
-    try:
-        return Policy(value)
-    except ValueError:
-        choices = ", ".join(p.value for p in Policy)
-        raise EngineLiteError(f"policy={value!r} is invalid; use one of {choices}") from None
+    if isinstance(value, str):  # Policy members are strings too
+        try:
+            return Policy(value)
+        except ValueError:
+            pass
+    choices = ", ".join(p.value for p in Policy)
+    raise EngineLiteError(f"policy={value!r} is invalid; use one of {choices}")
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
