@@ -80,7 +80,8 @@ class BuiltinTarget:
         if not self._started:
             await self.engine.start()
             self._started = True
-        await self.engine.reconfigure(**knobs)
+        # Knobs a config leaves out mean the engine's defaults, not the previous trial's values.
+        await self.engine.reconfigure(**(self.config.scheduler_knobs() | knobs))
 
     def replay_target(self) -> InProcessTarget:
         return self._target
