@@ -126,8 +126,8 @@ async def run_schedule(
     try:
         for i in sorted(range(len(specs)), key=scheduled_s.__getitem__):
             prepared = target.prepare(specs[i])
-            delay = scheduled_s[i] - time.monotonic()
-            if delay > 0:
+            # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again.
+            while (delay := scheduled_s[i] - time.monotonic()) > 0:
                 await asyncio.sleep(delay)
             tasks.append(
                 loop.create_task(_one(target, specs[i], prepared, records[i], timeout_s, counters))
