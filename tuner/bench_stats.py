@@ -18,7 +18,7 @@ import numpy as np
 from tuner.errors import TuneError
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """Outcome of comparing one figure against its baseline."""
 
     OK = "ok"  # any change is within tolerance, or the interval straddles it
@@ -36,6 +36,9 @@ class Comparison:
     worse_frac: float  # point estimate: 0.2 = 20% worse
     worse_lo: float  # confidence interval of worse_frac
     worse_hi: float
+    change_frac: float  # the figure's own change, current / baseline - 1 (0.1 = 10% higher)
+    change_lo: float
+    change_hi: float
     tolerance: float
     verdict: Verdict
 
@@ -92,11 +95,13 @@ def compare_figure(
     if tolerance < 0:
         raise TuneError(f"tolerance {tolerance!r} is negative; give a fraction such as 0.05")
     point, lo, hi = bootstrap_log_ratio(baseline, current, figure=figure, confidence=confidence)
-    # Express as "fraction worse": for a capacity a drop is worse, for a latency a rise is.
-    sign = -1.0 if higher_is_better else 1.0
-    to_worse = lambda log_ratio: sign * math.expm1(log_ratio)
-    bounds = sorted((to_worse(lo), to_worse(hi)))
-    worse_lo, worse_hi = bounds[0] - min_noise_frac, bounds[1] + min_noise_frac
+    change_lo = math.expm1(lo) - min_noise_frac
+    change_hi = math.expm1(hi) + min_noise_frac
+    # "Fraction worse" whatever the direction: for a capacity a drop is worse, for a latency a rise.
+    if higher_is_better:
+        worse_frac, worse_lo, worse_hi = -math.expm1(point), -change_hi, -change_lo
+    else:
+        worse_frac, worse_lo, worse_hi = math.expm1(point), change_lo, change_hi
     if worse_lo > tolerance:
         verdict = Verdict.REGRESSION
     elif worse_hi < -tolerance:
@@ -107,9 +112,12 @@ def compare_figure(
         figure=figure,
         baseline_median=float(np.median(baseline)),
         current_median=float(np.median(current)),
-        worse_frac=to_worse(point),
+        worse_frac=worse_frac,
         worse_lo=worse_lo,
         worse_hi=worse_hi,
+        change_frac=math.expm1(point),
+        change_lo=change_lo,
+        change_hi=change_hi,
         tolerance=tolerance,
         verdict=verdict,
     )

@@ -1,0 +1,143 @@
+"""Baseline files for `tune bench`: the samples of a past run plus the environment they came from.
+
+Figures only compare within one environment: a baseline records the device, model, workload hash
+and mode it was measured under, and a run in another environment is refused rather than compared.
+Software versions are recorded and shown, not refused, because a version change is exactly what a
+serving team's CI wants to measure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TuneError
+
+FORMAT_VERSION = 1
+# Keys of `Environment` that must match for a comparison to mean anything.
+STRICT_KEYS = ("device", "model", "workload_hash", "mode", "rate_rps", "slo")
+
+
+@dataclass(slots=True)
+class Environment:
+    """Where and on what a suite was measured."""
+
+    device: str
+    model: str
+    workload_hash: str
+    mode: str
+    rate_rps: float
+    slo: str
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def mismatches(self, other: Environment) -> list[str]:
+        """Human-readable differences in the keys that make a comparison meaningless."""
+        ours, theirs = asdict(self), asdict(other)
+        return [
+            f"{k}: baseline {theirs[k]!r}, now {ours[k]!r}"
+            for k in STRICT_KEYS
+            if ours[k] != theirs[k]
+        ]
+
+
+@dataclass(slots=True)
+class ConfigSamples:
+    """One config's knobs and its per-repeat samples of each figure."""
+
+    knobs: dict[str, Any]
+    samples: dict[str, list[float]]  # absolute figures, one value per repeat
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # vs the reference, per repeat
+
+
+@dataclass(slots=True)
+class Baseline:
+    """What `--update-baseline` writes and later runs compare against."""
+
+    suite: str
+    environment: Environment
+    configs: dict[str, ConfigSamples]
+    reference: str | None
+    created: str = ""
+    format: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+def device_description() -> str:
+    """The accelerator's name, or the CPU's model and core count (what speed depends on)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{torch.cuda.get_device_name(0)}"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu:{cpu} x{os.cpu_count()}"
+
+
+def software_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("chunked-prefill-tuner", "torch", "flash-attn", "vllm", "sglang"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    p = Path(path)
+    if not p.is_file():
+        raise TuneError(
+            f"--baseline {str(p)!r} does not exist; record one first with --update-baseline"
+        )
+    try:
+        raw = json.loads(p.read_text())
+        if raw.get("format") != FORMAT_VERSION:
+            raise TuneError(
+                f"baseline {str(p)!r} has format {raw.get('format')!r}, this tool reads "
+                f"{FORMAT_VERSION}; re-record it with --update-baseline"
+            )
+        return Baseline(
+            suite=raw["suite"],
+            environment=Environment(**raw["environment"]),
+            configs={k: ConfigSamples(**v) for k, v in raw["configs"].items()},
+            reference=raw.get("reference"),
+            created=raw.get("created", ""),
+        )
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise TuneError(
+            f"baseline {str(p)!r} is not a tune bench baseline ({exc}); re-record it with "
+            "--update-baseline"
+        ) from None
+
+
+def write_baseline(baseline: Baseline, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    baseline.created = baseline.created or dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(baseline.to_json())
+    tmp.replace(p)  # atomic: a killed run never leaves a half-written baseline
+    return p
