@@ -10,6 +10,7 @@ import ctypes
 import sys
 import time
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import torch
@@ -113,20 +114,29 @@ class ModelRunner:
     def prepare(self, batch: list[tuple[Request, int]]) -> StepInputs:
         """Token ids, global positions, block tables and cache slots of a packed batch."""
         num = len(batch)
-        query_lens = np.fromiter((n for _, n in batch), np.int64, num)
-        computed = np.fromiter((r.num_computed_tokens for r, _ in batch), np.int64, num)
+        reqs = [req for req, _ in batch]
+        # One pass over the entries gathers every per-request number the step needs.
+        per_entry = np.array(
+            [
+                (
+                    n,
+                    r.num_computed_tokens,
+                    len(r.prompt_token_ids) + len(r.output_token_ids),
+                    len(r.block_table),
+                )
+                for r, n in batch
+            ],
+            dtype=np.int64,
+        ).reshape(num, 4)
+        query_lens, computed, known, table_lens = per_entry.T
         seq_lens = computed + query_lens
         bs = self.block_size
-        blocks_needed = -(-seq_lens // bs)
-        block_tables = np.zeros((num, int(blocks_needed.max())), np.int32)
+        needed = -(-seq_lens // bs)
+        _check_batch(reqs, query_lens, seq_lens, known, table_lens, needed)
+        block_tables = _block_table_matrix(reqs, needed, table_lens)
         token_ids: list[int] = []
-        sample = np.zeros(num, bool)
-        for i, (req, n) in enumerate(batch):
-            start, need = int(computed[i]), int(blocks_needed[i])
-            _check_entry(req, start, n, need)
-            block_tables[i, :need] = req.block_table[:need]
-            token_ids += _token_slice(req, start, start + n)
-            sample[i] = start + n == req.num_tokens
+        for req, start, end in zip(reqs, computed.tolist(), seq_lens.tolist(), strict=True):
+            token_ids += _token_slice(req, start, end)
         cu_q = np.concatenate(([0], np.cumsum(query_lens)))
         total = int(cu_q[-1])
         # Global positions: a chunk continues its sequence, it never restarts at 0.
@@ -135,7 +145,7 @@ class ModelRunner:
         slot_mapping = block_tables[entry_of_token, positions // bs].astype(np.int64) * bs + (
             positions % bs
         )
-        sample_entries = np.flatnonzero(sample)
+        sample_entries = np.flatnonzero(seq_lens == known)
         return StepInputs(
             input_ids=np.asarray(token_ids, dtype=np.int64),
             positions=positions,
@@ -143,6 +153,25 @@ class ModelRunner:
             sample_entries=sample_entries,
             logits_rows=cu_q[sample_entries + 1] - 1,
         )
+
+
+def _block_table_matrix(
+    reqs: list[Request], needed: np.ndarray, table_lens: np.ndarray
+) -> np.ndarray:
+    """[entries, max blocks] int32, each row the blocks its context needs, padded with 0."""
+    num, total = len(reqs), int(needed.sum())
+    if bool((table_lens == needed).all()):
+        blocks = chain.from_iterable(r.block_table for r in reqs)
+    else:  # some tables already hold blocks for later tokens
+        blocks = chain.from_iterable(
+            r.block_table[:k] for r, k in zip(reqs, needed.tolist(), strict=True)
+        )
+    flat = np.fromiter(blocks, np.int32, total)
+    matrix = np.zeros((num, int(needed.max())), np.int32)
+    rows = np.repeat(np.arange(num), needed)
+    cols = np.arange(total) - np.repeat(np.cumsum(needed) - needed, needed)
+    matrix[rows, cols] = flat
+    return matrix
 
 
 def keep_freed_memory() -> None:
@@ -194,17 +223,28 @@ def resolve_max_model_len(config: EngineConfig, cfg: ModelConfig) -> int:
     return config.max_model_len
 
 
-def _check_entry(req: Request, start: int, n: int, blocks_needed: int) -> None:
+def _check_batch(
+    reqs: list[Request],
+    query_lens: np.ndarray,
+    seq_lens: np.ndarray,
+    known: np.ndarray,
+    table_lens: np.ndarray,
+    needed: np.ndarray,
+) -> None:
     # Scheduler/runner contract violations are bugs, not user errors: fail loudly.
-    if n < 1 or start + n > req.num_tokens:
+    bad = np.flatnonzero((query_lens < 1) | (seq_lens > known))
+    if len(bad):
+        i = int(bad[0])
         raise RuntimeError(
-            f"request {req.request_id}: cannot compute {n} tokens from position {start} "
-            f"of {req.num_tokens} known tokens"
+            f"request {reqs[i].request_id}: cannot compute {query_lens[i]} tokens up to "
+            f"position {seq_lens[i]} of {known[i]} known tokens"
         )
-    if len(req.block_table) < blocks_needed:
+    short = np.flatnonzero(table_lens < needed)
+    if len(short):
+        i = int(short[0])
         raise RuntimeError(
-            f"request {req.request_id}: block table has {len(req.block_table)} blocks but "
-            f"{start + n} tokens need {blocks_needed}"
+            f"request {reqs[i].request_id}: block table has {table_lens[i]} blocks but "
+            f"{seq_lens[i]} tokens need {needed[i]}"
         )
 
 

@@ -71,15 +71,16 @@ class TorchPagedAttention(AttentionBackend):
     def _decode_groups(
         self, batch: StepBatch, entries: np.ndarray, cu_q: np.ndarray, seq_lens: np.ndarray
     ) -> list[DecodeGroup]:
-        order = entries[np.argsort(-seq_lens[entries], kind="stable")]
+        order = np.argsort(-seq_lens[entries], kind="stable")
+        rows = entries[order]
+        neg_lens = -seq_lens[rows]  # ascending
         groups = []
         begin = 0
-        while begin < len(order):
-            longest = seq_lens[order[begin]]
-            end = begin + 1
-            while end < len(order) and seq_lens[order[end]] >= _GROUP_MIN_FILL * longest:
-                end += 1
-            groups.append(self._decode_group(batch, order[begin:end], cu_q, seq_lens))
+        while begin < len(rows):
+            # the group ends where a context drops below half of its longest (neg_lens[begin])
+            limit = _GROUP_MIN_FILL * neg_lens[begin]
+            end = int(np.searchsorted(neg_lens, limit, side="right"))
+            groups.append(self._decode_group(batch, rows[begin:end], cu_q, seq_lens))
             begin = end
         return groups
 
@@ -87,18 +88,19 @@ class TorchPagedAttention(AttentionBackend):
         self, batch: StepBatch, rows: np.ndarray, cu_q: np.ndarray, seq_lens: np.ndarray
     ) -> DecodeGroup:
         lens = seq_lens[rows]
-        ctx_len = int(lens.max())
+        ctx_len = int(lens[0])  # rows come longest first
         blocks_per_row = -(-ctx_len // self.block_size)
         block_ids = batch.block_tables[rows, :blocks_per_row].reshape(-1).astype(np.int64)
         token_idx = cu_q[rows]
         is_identity = len(rows) == len(cu_q) - 1 and bool((token_idx == np.arange(len(rows))).all())
         mask = None
-        if bool((lens != ctx_len).any()) or self.sliding_window is not None:
+        if lens[-1] != ctx_len or self.sliding_window is not None:
             key_pos = np.arange(ctx_len)
             valid = key_pos[None, :] < lens[:, None]
             if self.sliding_window is not None:
                 valid &= key_pos[None, :] >= (lens - self.sliding_window)[:, None]
-            mask = self._additive(torch.from_numpy(valid[:, None, None, :]).to(self.device))
+            additive = np.where(valid, np.float32(0.0), np.float32("-inf"))[:, None, None, :]
+            mask = torch.from_numpy(additive).to(self.device, self.dtype)
         return DecodeGroup(
             token_idx=None if is_identity else torch.from_numpy(token_idx).to(self.device),
             block_ids=torch.from_numpy(block_ids).to(self.device),
