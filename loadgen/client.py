@@ -111,7 +111,11 @@ class HttpTarget:
                     total=None, sock_connect=self.config.connect_timeout_s
                 ),
             )
-        await self.server_info()
+        try:
+            await self.server_info()
+        except LoadgenError:
+            await self.close()
+            raise
 
     async def server_info(self) -> dict[str, Any]:
         """The first model card of `GET /v1/models` ({} if the server has none to show)."""

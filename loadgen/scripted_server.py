@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import random
 import time
@@ -98,6 +99,13 @@ class ScriptedServer:
             return resp
         chunks = _chunk_sizes(n_tokens, script.tokens_per_chunk)
         gaps = _gaps_s(script, len(chunks), rid)
+        counts = list(itertools.accumulate(chunks))
+        last = len(chunks) - 1
+        # Encoded up front, so the send loop only sleeps, stamps and writes.
+        payloads = [
+            _chunk(chat, k == 0, size, counts[k], n_prompt, k == last, opts)
+            for k, size in enumerate(chunks)
+        ]
         due, sent = received + script.ttft_ms / 1e3, 0
         for k, (size, gap) in enumerate(zip(chunks, gaps, strict=True)):
             if script.fail == f"cut_after:{k}":
@@ -109,10 +117,9 @@ class ScriptedServer:
             due += gap if k else 0.0
             await _sleep_until(due)
             sent += size
-            data = _chunk(chat, k == 0, size, sent, n_prompt, k == len(chunks) - 1, opts)
             truth.chunk_sent_s.append(time.monotonic())
             truth.chunk_tokens.append(size)
-            await resp.write(data)
+            await resp.write(payloads[k])
         if opts.get("include_usage"):
             usage = {"prompt_tokens": n_prompt, "completion_tokens": sent}
             await resp.write(

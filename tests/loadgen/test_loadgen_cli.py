@@ -140,3 +140,17 @@ def test_a_fresh_process_prints_one_error_line_and_exits_2():
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: SLO term 'ttft=1s'") and proc.stdout == ""
+
+
+def test_a_fresh_process_against_a_dead_url_prints_exactly_one_line(unused_tcp_port):
+    code = "from loadgen.cli import main; raise SystemExit(main())"
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--url", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: cannot reach {url}") and proc.stderr.count("\n") == 1
