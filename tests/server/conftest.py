@@ -54,6 +54,12 @@ class ServerThread:
 
 
 @pytest.fixture(scope="session")
+def server_thread():
+    """The `ServerThread` class, for tests that need a server of their own."""
+    return ServerThread
+
+
+@pytest.fixture(scope="session")
 def server():
     srv = ServerThread(TEST_CONFIG, ServerSettings(SERVED_NAME, api_key=API_KEY)).start()
     yield srv

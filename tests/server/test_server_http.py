@@ -7,7 +7,10 @@ import time
 import aiohttp
 import pytest
 
-from tests.server.conftest import API_KEY, SERVED_NAME
+# The session server of conftest.py serves this name behind this key.
+API_KEY = "test-key"
+SERVED_NAME = "tiny-served"
+
 
 ABORTS = "vllm:request_success_total"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

@@ -7,7 +7,6 @@ import pytest
 
 from engine_lite.config import EngineConfig
 from engine_lite.server.state import ServerSettings
-from tests.server.conftest import ServerThread
 
 WORDS = ["<s>", "</s>", "<unk>", "hello", "world", "good", "day", "to", "you", "and",
          "the", "sun", "<|user|>", "<|assistant|>", "is", "up"]  # fmt: skip
@@ -61,11 +60,11 @@ def _write_folder(folder):
 
 
 @pytest.fixture(scope="module")
-def hf_server(tmp_path_factory):
+def hf_server(tmp_path_factory, server_thread):
     folder = tmp_path_factory.mktemp("hf-model")
     _write_folder(folder)
     config = EngineConfig(model=str(folder), kv_cache_memory_gb=0.01)
-    srv = ServerThread(config, ServerSettings("hf")).start()
+    srv = server_thread(config, ServerSettings("hf")).start()
     yield srv
     srv.stop()
 

@@ -3,7 +3,9 @@
 import openai
 import pytest
 
-from tests.server.conftest import API_KEY, SERVED_NAME
+# The session server of conftest.py serves this name behind this key.
+API_KEY = "test-key"
+SERVED_NAME = "tiny-served"
 
 
 @pytest.fixture(scope="module")
