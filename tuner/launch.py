@@ -132,7 +132,7 @@ class LaunchedServer:
                     async with session.get(f"{self.url}/health") as resp:
                         if resp.status == 200:
                             return
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                except (TimeoutError, aiohttp.ClientError, OSError):
                     pass
                 if time.monotonic() >= deadline:
                     raise TuneError(

@@ -6,10 +6,13 @@ a target that is already configured; it knows nothing of Optuna.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from loadgen import RequestRecord, RequestSpec, arrival_offsets, replay
 from slo import SLO, Metric, RunMetrics, SLOReport, TermResult, evaluate
@@ -20,6 +23,10 @@ from tuner.targets import Target
 # DistServe (OSDI'24) counts capacity only while the service is healthy; we call a level failed
 # once 1% of its requests fail, whatever their latency.
 MAX_ERROR_RATE = 0.01
+# A level also fails when completions fall behind arrivals. TPOT and ITL exclude queueing, so
+# without this a config that starves prefills (a tiny budget, decode first) would "meet" a TPOT
+# SLO at any rate while its queue grows without bound.
+MIN_SERVED_FRACTION = 0.85
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,11 @@ class LevelSettings:
     warmup: int = 0
     timeout_s: float = 120.0
     max_error_rate: float = MAX_ERROR_RATE
+    min_served_fraction: float = MIN_SERVED_FRACTION
+    # Over HTTP a client that fell behind its schedule also stamps chunks late, so such a
+    # level cannot pass; in process the engine stamps chunks itself and this can be False.
+    require_schedule: bool = True
+    lag_tolerance_s: float = 0.010  # loadgen's default: p99 loop / send lag allowed
 
 
 @dataclass
@@ -53,6 +65,7 @@ class LevelResult:
     passed: bool
     slo_met: bool
     error_rate: float
+    served_fraction: float  # completion rate / arrival rate (1.0 when the server kept up)
     schedule_ok: bool
     terms: list[TermValue]
     binding: str  # the term with the smallest margin
@@ -71,6 +84,7 @@ class LevelResult:
             "passed": self.passed,
             "slo_met": self.slo_met,
             "error_rate": self.error_rate,
+            "served_fraction": self.served_fraction,
             "schedule_ok": self.schedule_ok,
             "binding": self.binding,
             "goodput_rps": self.goodput_rps,
@@ -79,6 +93,10 @@ class LevelResult:
             "max_loop_lag_s": self.max_loop_lag_s,
         }
         row.update({f"{k}_s": v for k, v in self.latency_s.items()})
+        for t in self.terms:
+            row[f"slo_{t.metric}_s"] = t.value_s
+            row[f"slo_{t.metric}_margin"] = t.margin_frac
+        row["binding_margin"] = min((t.margin_frac for t in self.terms), default=None)
         row.update(self.server.as_row())
         return row
 
@@ -132,17 +150,21 @@ async def measure_level(
         warmup=settings.warmup,
         timeout_s=settings.timeout_s,
         progress=False,
+        lag_tolerance_s=settings.lag_tolerance_s,
     )
     wall_s = time.monotonic() - start
     server = await target.level_end(wall_s)
     report, passed = judge(result.records, slo, settings.max_error_rate)
+    served = served_fraction(result.records)
+    passed = passed and served >= settings.min_served_fraction
     # A run whose client fell behind its schedule offered less load than asked: not a pass.
-    passed = passed and result.schedule_ok
+    passed = passed and (result.schedule_ok or not settings.require_schedule)
     return LevelResult(
         rate_rps=rate_rps,
         passed=passed,
         slo_met=bool(report.met),
         error_rate=float(report.metrics.error_rate),
+        served_fraction=served,
         schedule_ok=bool(result.schedule_ok),
         terms=[_term_value(t) for t in report.terms],
         binding=report.binding.term.name,
@@ -191,6 +213,30 @@ async def find_capacity(
         levels=levels,
         wall_s=time.monotonic() - start,
     )
+
+
+def served_fraction(records: Sequence[RequestRecord]) -> float:
+    """How much of the offered rate the server completed: 1 / slope of sorted completion times
+    against sorted arrival times (capped at 1).
+
+    With the i-th completion matched to the i-th arrival (cumulative departure against arrival
+    curves), a server that keeps up completes requests as fast as they arrive, so the slope is
+    ~1 whatever the latency; an overloaded one completes at its own rate mu < r, so the slope
+    is r / mu. The middle 80% of requests is used, so start-up and drain do not bias it.
+    """
+    measured = [r for r in records if not r.warmup]
+    arrivals = np.sort([r.scheduled_s for r in measured])
+    done = np.sort([r.finished_s for r in measured if math.isfinite(r.finished_s)])
+    n = min(len(arrivals), len(done))
+    if n < 5:
+        return 1.0
+    lo, hi = int(0.1 * n), max(int(0.9 * n), int(0.1 * n) + 2)
+    a, c = arrivals[lo:hi], done[lo:hi]
+    spread = float(np.var(a))
+    if spread <= 0:
+        return 0.0  # everything arrived at once: no sustained rate was offered
+    slope = float(np.mean((a - a.mean()) * (c - c.mean()))) / spread
+    return 1.0 if slope <= 1.0 else 1.0 / slope
 
 
 def latency_summary(metrics: RunMetrics) -> dict[str, float]:

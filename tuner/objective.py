@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ UPPER = "upper_bound_rps"
 _INFEASIBLE = 1e6
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     """What a trial's value is."""
 
     CAPACITY = "capacity"  # max req/s meeting the SLO (the default)
@@ -84,6 +84,8 @@ class Objective:
     mode: Mode = Mode.CAPACITY
     rate_rps: float | None = None
     progress: ProgressSink | None = None
+    # Called with (trial number, level index, level) after each level, e.g. to keep its records.
+    on_level: Callable[[int, int, LevelResult], None] | None = None
 
     async def run(
         self, study: optuna.Study, trial: optuna.Trial, deadline_s: float | None = None
@@ -103,8 +105,11 @@ class Objective:
                 outcome = await self._goodput(study, trial, role, knobs)
             else:
                 outcome = await self._capacity(study, trial, role, knobs, deadline_s)
-        except BaseException:
+        except BaseException as exc:
             study.tell(trial, state=TrialState.FAIL)
+            if not isinstance(exc, Exception):
+                # Interrupted, not broken: queue the same config so a resume measures it.
+                study.enqueue_trial(trial.params, user_attrs={ROLE: role.value})
             raise
         if self.progress:
             self.progress.trial_done(outcome)
@@ -130,7 +135,7 @@ class Objective:
         def on_level(level: LevelResult, state: RateSearch) -> bool:
             nonlocal pruned
             step = len(state.levels) - 1
-            _save_level(trial, step, level)
+            self._keep(trial, step, level)
             trial.report(state.upper_bound_rps, step)
             if self.progress:
                 self.progress.level_done(level, state)
@@ -165,6 +170,11 @@ class Objective:
             state, value = TrialState.COMPLETE, result.capacity_rps
         return TrialOutcome(trial.number, role, knobs, state, value, capacity=result)
 
+    def _keep(self, trial: optuna.Trial, step: int, level: LevelResult) -> None:
+        if self.on_level is not None:
+            self.on_level(trial.number, step, level)
+        _save_level(trial, step, level)
+
     async def _goodput(
         self, study: optuna.Study, trial: optuna.Trial, role: Role, knobs: dict[str, Any]
     ) -> TrialOutcome:
@@ -174,12 +184,15 @@ class Objective:
         level = await measure_level(
             self.target, self.requests, self.rate_rps, self.slo, self.level_settings
         )
-        _save_level(trial, 0, level)
+        self._keep(trial, 0, level)
         if self.progress:
             self.progress.level_done(level, None)
-        constraints = [_constraint(t.value_s - t.limit_s) for t in level.terms]
-        constraints.append(level.error_rate - self.level_settings.max_error_rate)
-        trial.set_user_attr(CONSTRAINTS, constraints)
+        named = {t.metric: _constraint(t.value_s - t.limit_s) for t in level.terms}
+        named["error_rate"] = level.error_rate - self.level_settings.max_error_rate
+        trial.set_user_attr(CONSTRAINTS, list(named.values()))
+        if hasattr(trial, "set_constraint"):  # Optuna >= 5: samplers read these themselves
+            for key, value in named.items():
+                trial.set_constraint(key, value)
         trial.set_user_attr(OUTCOME, "feasible" if level.passed else "infeasible")
         value = level.goodput_rps if math.isfinite(level.goodput_rps) else 0.0
         study.tell(trial, value)

@@ -90,6 +90,8 @@ class StatusSink:
         verdict = "pass" if level.passed else "FAIL"
         term = next((t for t in level.terms if t.metric == level.binding), None)
         detail = f", {term.metric} {_ms(term.value_s)}" if term else ""
+        if level.served_fraction < 0.995:
+            detail += f", served {level.served_fraction:.0%}"
         s.level = f"at {level.rate_rps:.2f} req/s: {verdict}{detail} ({level.wall_s:.0f}s)"
         if search is not None:
             lo, hi = search.capacity_rps, search.upper_bound_rps

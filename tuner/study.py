@@ -7,6 +7,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ META = "tune_meta"  # study user attr: what the study measures; a resume must ma
 STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     """Why a trial exists: a reference config the report compares against, or the search."""
 
     DEFAULT = "default"
@@ -34,7 +35,7 @@ class Role(str, enum.Enum):
     SEARCH = "search"
 
 
-class SamplerName(str, enum.Enum):
+class SamplerName(enum.StrEnum):
     TPE = "tpe"
     GP = "gp"
     RANDOM = "random"
@@ -75,7 +76,9 @@ def make_sampler(
     constraints: bool = False,
 ) -> BaseSampler:
     """TPE, GP (both honour the SLO constraints in `--rate` mode) or random search."""
-    cf = constraints_func if constraints else None
+    # Optuna 5 samplers read constraints set on the trial (Trial.set_constraint); older ones
+    # need constraints_func.
+    cf = constraints_func if constraints and not _has_set_constraint() else None
     if name is SamplerName.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)
     if name is SamplerName.GP:
@@ -88,14 +91,20 @@ def make_sampler(
         )
     # multivariate + group model the conditional threshold dimension jointly with the budget;
     # constant_liar keeps parallel workers from proposing the same point.
-    return optuna.samplers.TPESampler(
-        seed=seed,
-        n_startup_trials=n_startup_trials,
-        multivariate=True,
-        group=True,
-        constant_liar=True,
-        constraints_func=cf,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            constraints_func=cf,
+        )
+
+
+def _has_set_constraint() -> bool:
+    return hasattr(optuna.trial.Trial, "set_constraint")
 
 
 def constraints_func(trial: FrozenTrial) -> Sequence[float]:
@@ -124,10 +133,22 @@ class CapacityPruner(BasePruner):
 
 
 def best_capacity(study: optuna.Study) -> float:
-    """The highest finished trial value (0 when none has finished)."""
+    """The highest finished, feasible trial value (0 when there is none)."""
+    best = best_trial(study)
+    return float(best.value) if best is not None and best.value is not None else 0.0
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The finished trial with the highest value among those meeting every constraint."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    values = [t.value for t in done if t.value is not None and math.isfinite(t.value)]
-    return max(values, default=0.0)
+    ok = [
+        t
+        for t in done
+        if t.value is not None
+        and math.isfinite(t.value)
+        and all(c <= 0 for c in t.user_attrs.get(CONSTRAINTS, []))
+    ]
+    return max(ok, key=lambda t: t.value or 0.0, default=None)
 
 
 def open_study(

@@ -1,0 +1,138 @@
+"""`tune` end to end on the real engine, loadgen and slo: kill, resume, report, goodput mode."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.cli import main
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# Small and fast: 8 mixed requests per level, few levels, a coarse bisection.
+FAST = ["--num-requests", "8", "--start-rate", "4", "--max-levels", "3",
+        "--rate-tolerance", "0.5", "--startup-trials", "2"]  # fmt: skip
+
+
+def finished(run_dir: Path) -> tuple[list, list]:
+    study = optuna.load_study(study_name="tune-mixed", storage=f"sqlite:///{run_dir}/study.db")
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    return done, trials
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["--slo", "tpot_p99=30ms", "--trials", "4", "--time-budget", "5m",
+            "--run-dir", str(run_dir), "--quiet", *FAST]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run_dir / "study.db").exists():
+                done, trials = finished(run_dir)
+                if len(done) >= 2 and any(t.state is TrialState.RUNNING for t in trials):
+                    break
+            time.sleep(0.3)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(signal.SIGKILL)  # no chance to clean up
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before, trials = finished(run_dir)
+    cut = [t for t in trials if t.state is TrialState.RUNNING]
+    assert len(before) >= 2 and len(cut) == 1
+
+    assert main(["--resume", str(run_dir), "--json", "--trials", "4", "--time-budget", "5m"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+
+    after, trials = finished(run_dir)
+    assert len(after) == 4
+    # Every trial finished before the kill is still there with the same outcome.
+    for old in before:
+        new = trials[old.number]
+        assert (new.state, new.value, new.params) == (old.state, old.value, old.params)
+    # The cut-off trial failed and its config was measured again.
+    failed = trials[cut[0].number]
+    assert failed.state is TrialState.FAIL
+    assert any(t.params == cut[0].params and t.number > cut[0].number for t in after)
+
+    assert {"slo", "workload", "best", "default", "ratio_vs_default", "flags", "trials"} <= set(rec)
+    assert rec["slo"] == "tpot_p99=30ms" and rec["workload"]["name"] == "mixed"
+    for key in ("best", "default"):
+        assert set(rec[key]) >= {"config", "capacity_rps"}
+        assert rec[key]["config"]["max_num_batched_tokens"] > 0
+    assert rec["default"]["config"]["max_num_batched_tokens"] == 8192  # vLLM's default
+    if rec["default"]["capacity_rps"]:
+        ratio = rec["best"]["capacity_rps"] / rec["default"]["capacity_rps"]
+        assert math.isclose(rec["ratio_vs_default"], ratio)
+    budget = rec["best"]["config"]["max_num_batched_tokens"]
+    assert f"--max-num-batched-tokens {budget}" in rec["flags"]["vllm"]
+    assert "--chunked-prefill-size" in rec["flags"]["sglang"]
+    assert len(rec["trials"]) == 4
+
+    html = (run_dir / "recommendation.html").read_text()
+    assert html.count("data:image/png;base64,") >= 3 and "<script" not in html
+    assert "--max-num-batched-tokens" in (run_dir / "recommendation.md").read_text()
+    for name in ("trials.csv", "records_recommended.jsonl", "records_default.jsonl"):
+        assert (run_dir / name).stat().st_size > 0
+    table = (run_dir / "trials.csv").read_text().splitlines()
+    assert len(table) - 1 >= sum(t["levels"] for t in rec["trials"])
+
+    # `tune report` rebuilds the same recommendation from the folder alone.
+    assert main(["report", str(run_dir), "--json"]) == 0
+    rebuilt = json.loads(capsys.readouterr().out)
+    assert rebuilt["best"] == rec["best"] and rebuilt["summary"] == rec["summary"]
+
+
+def test_goodput_at_a_fixed_rate_reports_an_infeasible_slo_with_the_closest_config(
+    tmp_path, capsys
+):
+    run_dir = tmp_path / "run"
+    code = main(["--slo", "tpot_p99=0.01ms", "--rate", "6", "--trials", "2", "--repeats", "0",
+                 "--run-dir", str(run_dir), "--json", *FAST])  # fmt: skip
+    assert code == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["objective"]["mode"] == "goodput" and rec["objective"]["rate_rps"] == 6
+    assert rec["feasible"] is False and rec["best"] is None and rec["flags"] is None
+    assert rec["summary"].startswith("no config meets tpot_p99=0.01ms; the closest is trial")
+    assert rec["closest"]["term"] == "tpot_p99" and rec["closest"]["value_ms"] > 0.01
+    study = optuna.load_study(study_name="tune-mixed", storage=f"sqlite:///{run_dir}/study.db")
+    # The SLO terms reached Optuna as constraints, all violated.
+    assert all(t.user_attrs["constraints"][0] > 0 for t in study.trials)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--slo", "tpot_p99=fast"], "--slo"),
+        (["--slo", "tpot_p99=30ms", "--param", "budget=1..2"], "unknown knob 'budget'"),
+        (["--slo", "tpot_p99=30ms", "--time-budget", "soon"], "--time-budget 'soon'"),
+        (["--slo", "tpot_p99=30ms", "--sampler", "tpe", "--repeats", "-1"], "--repeats -1"),
+        (
+            ["--slo", "tpot_p99=30ms", "--launch", "serve {nope}", "--served-model", "m"],
+            "unknown placeholder {nope}",
+        ),
+        (["--resume", "/nonexistent/run"], "no run.json"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_value(argv, named, capsys, tmp_path):
+    assert main([*argv, "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and named in err and "\n" not in err

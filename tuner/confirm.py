@@ -1,0 +1,210 @@
+"""Re-measure the top configs (`--repeats`) and recommend the best one whose interval clears.
+
+A capacity found by a rate search is, by construction, a rate where the SLO only just held, and
+the luckiest of several noisy configs tends to win the search. So the top few are measured again
+at their capacity, the runs are pooled, and each SLO term gets a bootstrap interval; a config's
+confirmed capacity is the highest measured rate at which every term's whole interval holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from loadgen import RequestSpec
+from loadgen.records import RequestRecord
+from slo import SLO
+from tuner.confidence import (
+    Interval,
+    TermInterval,
+    capacity_interval,
+    goodput_interval,
+    term_intervals,
+)
+from tuner.measure import LevelSettings, measure_level
+from tuner.objective import CAPACITY, KNOBS, Mode
+from tuner.runfiles import RunFiles, levels_with_records
+from tuner.study import CONSTRAINTS, ROLE, Role
+from tuner.targets import Target
+
+
+@dataclass
+class Candidate:
+    """One top config after re-measurement."""
+
+    trial: int
+    role: str
+    knobs: dict[str, Any]
+    value: float  # capacity (req/s) or goodput at --rate, as the search measured it
+    rate_rps: float  # where the intervals were taken
+    terms: list[TermInterval]
+    repeats: int
+    confirmed_rps: float  # highest measured rate whose every term interval clears (0: none)
+    capacity_ci: Interval | None = None
+    goodput_ci: Interval | None = None
+    error_rate: float = 0.0
+    records: list[RequestRecord] = field(default_factory=list, repr=False)
+
+    @property
+    def clears(self) -> bool:
+        return self.confirmed_rps > 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "role": self.role,
+            "config": self.knobs,
+            "value": self.value,
+            "rate_rps": self.rate_rps,
+            "repeats": self.repeats,
+            "confirmed_rps": self.confirmed_rps,
+            "clears": self.clears,
+            "error_rate": self.error_rate,
+            "capacity_ci": self.capacity_ci.as_dict() if self.capacity_ci else None,
+            "goodput_ci": self.goodput_ci.as_dict() if self.goodput_ci else None,
+            "terms": [_term_dict(t) for t in self.terms],
+        }
+
+
+def _term_dict(t: TermInterval) -> dict[str, Any]:
+    return {
+        "term": t.term,
+        "metric": t.metric,
+        "limit_ms": t.limit_s * 1e3,
+        "value_ms": t.value_s.point * 1e3,
+        "low_ms": t.value_s.low * 1e3,
+        "high_ms": t.value_s.high * 1e3,
+        "margin": t.margin_frac,
+        "clears": t.clears,
+    }
+
+
+def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
+    """The k best finished trials worth confirming (positive value; feasible in goodput mode)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if mode is Mode.GOODPUT:
+        done = [t for t in done if all(c <= 0 for c in t.user_attrs.get(CONSTRAINTS, [1.0]))]
+    ranked = sorted(
+        (t for t in done if t.value is not None and t.value > 0),
+        key=lambda t: t.value or 0.0,
+        reverse=True,
+    )
+    seen: set[str] = set()
+    unique = []
+    for t in ranked:  # the same knobs measured twice (a reference and a search hit) once
+        key = repr(sorted(t.user_attrs.get(KNOBS, {}).items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique[:k]
+
+
+@dataclass
+class Confirmer:
+    """Re-measures candidates against the target the search used."""
+
+    target: Target
+    requests: Sequence[RequestSpec]
+    slo: SLO
+    files: RunFiles
+    level_settings: LevelSettings
+    mode: Mode
+    rate_rps: float | None = None
+    seed: int = 0
+
+    async def confirm(
+        self,
+        trial: FrozenTrial,
+        knobs: dict[str, Any],
+        repeats: int,
+        deadline_s: float | None = None,
+    ) -> Candidate:
+        """Repeat the trial's capacity (or --rate) level and build its intervals."""
+        levels = levels_with_records(self.files, trial)
+        rate = self._rate(trial)
+        done = 0
+        for rep in range(1, repeats + 1):
+            if deadline_s is not None and time.monotonic() >= deadline_s:
+                break
+            if done == 0:
+                await self.target.apply(knobs)
+            level = await measure_level(self.target, self.requests, rate, self.slo,
+                                        self.level_settings)  # fmt: skip
+            self.files.write_records(self.files.confirm_path(trial.number, rep), level.records)
+            levels.append((rate, level.records))
+            done += 1
+        return self.build(trial, knobs, levels, rate, done)
+
+    def build(
+        self,
+        trial: FrozenTrial,
+        knobs: dict[str, Any],
+        levels: list[tuple[float, list[RequestRecord]]],
+        rate: float,
+        repeats: int,
+    ) -> Candidate:
+        """Intervals from measured levels (no new measurement)."""
+        at_rate = [r for lv_rate, recs in levels if lv_rate == rate for r in recs]
+        terms = term_intervals(at_rate, self.slo, seed=self.seed)
+        errors = sum(not r.success for r in at_rate if not r.warmup)
+        measured = sum(not r.warmup for r in at_rate)
+        error_rate = errors / measured if measured else 1.0
+        confirmed = self._confirmed_rate(levels, rate, terms, error_rate)
+        cand = Candidate(
+            trial=trial.number,
+            role=trial.user_attrs.get(ROLE, Role.SEARCH.value),
+            knobs=knobs,
+            value=float(trial.value or 0.0),
+            rate_rps=rate,
+            terms=terms,
+            repeats=repeats,
+            confirmed_rps=confirmed,
+            error_rate=error_rate,
+            records=at_rate,
+        )
+        if self.mode is Mode.GOODPUT:
+            cand.goodput_ci = goodput_interval(at_rate, self.slo, seed=self.seed)
+        else:
+            max_err = self.level_settings.max_error_rate
+            cand.capacity_ci = capacity_interval(levels, self.slo, max_err, seed=self.seed)
+        return cand
+
+    def _rate(self, trial: FrozenTrial) -> float:
+        if self.mode is Mode.GOODPUT:
+            assert self.rate_rps is not None
+            return self.rate_rps
+        return float(trial.user_attrs.get(CAPACITY) or trial.value or 0.0)
+
+    def _confirmed_rate(
+        self,
+        levels: list[tuple[float, list[RequestRecord]]],
+        rate: float,
+        terms: list[TermInterval],
+        error_rate: float,
+    ) -> float:
+        ok_errors = error_rate < self.level_settings.max_error_rate
+        if all(t.clears for t in terms) and ok_errors:
+            return rate
+        if self.mode is Mode.GOODPUT:
+            return 0.0
+        # Fall back to the highest lower level the search measured whose interval clears.
+        for lower in sorted({r for r, _ in levels if r < rate}, reverse=True):
+            recs = [x for r, rs in levels if r == lower for x in rs]
+            lower_terms = term_intervals(recs, self.slo, seed=self.seed)
+            failed = sum(not x.success for x in recs) / max(1, len(recs))
+            if all(t.clears for t in lower_terms) and failed < self.level_settings.max_error_rate:
+                return lower
+        return 0.0
+
+
+def choose(candidates: list[Candidate]) -> Candidate | None:
+    """The best config whose interval clears; else the best point estimate (or None)."""
+    clearing = [c for c in candidates if c.clears]
+    if clearing:
+        return max(clearing, key=lambda c: (c.confirmed_rps, c.value))
+    return max(candidates, key=lambda c: c.value, default=None)

@@ -1,0 +1,272 @@
+"""Render the recommendation as Markdown and as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import warnings
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.objective import CAPACITY, KNOBS, UPPER
+from tuner.plots import TrialPoint, importance_plot, knob_plots, pareto_plot, progress_plot
+from tuner.progress import SHORT_NAMES
+from tuner.runfiles import trial_levels
+from tuner.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
+from tuner.study import ROLE
+
+_PARAM_LABELS = {
+    THRESHOLD_SWITCH: "threshold on/off",
+    THRESHOLD_FRACTION: "threshold / budget",
+    **SHORT_NAMES,
+}
+_FIGURE_TITLES = {
+    "pareto": "TTFT p99 against TPOT p99",
+    "knobs": "Capacity against each knob",
+    "importance": "Knob importance",
+    "progress": "Search progress",
+}
+
+
+def trial_points(study: optuna.Study, recommended: int | None) -> list[TrialPoint]:
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        levels = trial_levels(t)
+        if not levels:
+            continue
+        passing = [lv for lv in levels if lv.get("passed")]
+        level = max(passing, key=lambda lv: lv["rate_rps"]) if passing else levels[0]
+        complete = t.state is TrialState.COMPLETE
+        out.append(TrialPoint(
+            number=t.number, role=t.user_attrs.get(ROLE, "search"),
+            state="complete" if complete else "pruned", knobs=t.user_attrs.get(KNOBS, {}),
+            capacity_rps=t.user_attrs.get(CAPACITY) if complete else None,
+            upper_bound_rps=t.user_attrs.get(UPPER), ttft_p99_s=level.get("ttft_p99_s"),
+            tpot_p99_s=level.get("tpot_p99_s"), rate_rps=level.get("rate_rps"),
+            recommended=t.number == recommended,
+        ))  # fmt: skip
+    return out
+
+
+def importance(study: optuna.Study) -> dict[str, float] | None:
+    """Optuna's fANOVA importances over finished trials, None when there are too few."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 3 or len({t.value for t in done}) < 2:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError):
+        return None
+    return {_PARAM_LABELS.get(k, k): float(v) for k, v in raw.items()} or None
+
+
+def report_figures(rec: dict[str, Any], study: optuna.Study) -> dict[str, bytes]:
+    best = rec.get("best") or {}
+    points = trial_points(study, best.get("trial"))
+    limits = {t.get("metric"): t.get("limit_ms") for t in (best.get("terms") or [])}
+    figures = {}
+    if points:
+        ttft = limits.get("ttft_p99")
+        tpot = limits.get("tpot_p99")
+        figures["pareto"] = pareto_plot(points, ttft and ttft / 1e3, tpot and tpot / 1e3)
+        searched = list(rec.get("search", {}).get("space", {}))
+        figures["knobs"] = knob_plots(points, searched)
+        figures["progress"] = progress_plot(points)
+    imp = importance(study)
+    if imp:
+        rec["importance"] = imp
+        figures["importance"] = importance_plot(imp)
+    return figures
+
+
+# ---- Markdown -------------------------------------------------------------------------------
+
+
+def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
+    lines = [f"# Recommendation for {rec['slo']}", "", f"**{rec['summary']}**", ""]
+    if rec.get("flags"):
+        lines += ["## Flags", "", "vLLM:", "", "```", f"vllm serve MODEL {rec['flags']['vllm']}",
+                  "```", "", "SGLang:", "", "```",
+                  f"python -m sglang.launch_server --model-path MODEL {rec['flags']['sglang']}",
+                  "```", ""]  # fmt: skip
+        lines += [f"- {n}" for n in rec["flags"]["notes"]]
+        lines.append("")
+    lines += ["## Compared", "", _md_table(*comparison_table(rec)), ""]
+    if rec.get("top"):
+        lines += ["## Top configs, re-measured", "", _md_table(*top_table(rec)), ""]
+    for name in figures:
+        lines += [f"## {_FIGURE_TITLES[name]}", "", f"![{name}](plots/{name}.png)", ""]
+    lines += ["## Setup", "", _md_table(*setup_table(rec)), ""]
+    lines += ["## Trials", "", _md_table(*trials_table(rec)), ""]
+    return "\n".join(lines)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# ---- tables shared by both formats ----------------------------------------------------------
+
+
+def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["", "config", "capacity", "interval", "binding term", "vs default"]
+    rows = []
+    default_cap = (rec.get("default") or {}).get("capacity_rps")
+    for label, key in (("recommended", "best"), ("vLLM default", "default"),
+                       ("rule of thumb", "rule_of_thumb")):  # fmt: skip
+        e = rec.get(key)
+        if not e:
+            continue
+        if key == "rule_of_thumb":
+            label = f"rule of thumb ({e.get('table')})"
+        cap = e.get("capacity_rps") or 0.0
+        ratio = f"{cap / default_cap:.2f}x" if default_cap else "-"
+        rows.append([label, _short(e["config"]), f"{cap:.2f} req/s", _interval(e),
+                     _binding(e), ratio])  # fmt: skip
+    return header, rows
+
+
+def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "trial",
+        "config",
+        "search",
+        "confirmed",
+        "capacity interval",
+        "terms (point [interval])",
+    ]
+    rows = []
+    for c in rec["top"]:
+        ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
+        terms = "; ".join(f"{t['metric']} {t['value_ms']:.1f} [{t['low_ms']:.1f}, "
+                          f"{t['high_ms']:.1f}] ms" for t in c["terms"])  # fmt: skip
+        rows.append([str(c["trial"] + 1), _short(c["config"]), f"{c['value']:.2f}",
+                     f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
+    return header, rows
+
+
+def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    wl, tgt, env = rec.get("workload", {}), rec.get("target", {}), rec.get("environment", {})
+    search = rec.get("search", {})
+    versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
+    rows = [
+        ["SLO", str(rec["slo"])],
+        ["objective", rec["objective"]["definition"]],
+        ["workload", f"{wl.get('name')}: {wl.get('num_requests')} requests, seed "
+                     f"{wl.get('seed')}, {wl.get('arrival')} arrivals, classes "
+                     f"{wl.get('classes')}, fingerprint {wl.get('fingerprint')}"],
+        ["target", f"{tgt.get('description')} on {tgt.get('device')}"],
+        ["model", f"{tgt.get('model')} (max_model_len {tgt.get('max_model_len')})"],
+        ["search", f"{search.get('sampler')}: {search.get('trials_finished')} trials "
+                   f"({search.get('trials_pruned')} pruned), {search.get('levels_measured')} "
+                   f"load levels, {search.get('measurement_s', 0):.0f} s measuring; stopped by "
+                   f"{search.get('stopped_by')}"],
+        ["space", "; ".join(f"{_label(k)}: {v}" for k, v in search.get("space", {}).items())],
+        ["pinned", ", ".join(f"{k}={v}" for k, v in search.get("fixed", {}).items()) or "-"],
+        ["versions", versions],
+        ["machine", f"{env.get('platform')}, {env.get('cpu_count')} CPUs"],
+    ]  # fmt: skip
+    return ["", ""], rows
+
+
+def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["trial", "role", "state", "config", "capacity", "levels", "seconds"]
+    rows = []
+    for t in rec["trials"]:
+        cap = t.get("capacity_rps")
+        if t["state"] == "pruned" and t.get("upper_bound_rps"):
+            cap_text = f"< {t['upper_bound_rps']:.2f}"
+        else:
+            cap_text = f"{cap:.2f}" if cap is not None else "-"
+        rows.append([str(t["trial"] + 1), t["role"], t["state"], _short(t["config"]), cap_text,
+                     str(t["levels"]), f"{t['measurement_s']:.0f}"])  # fmt: skip
+    return header, rows
+
+
+def _interval(e: dict[str, Any]) -> str:
+    return _ci(e.get("capacity_ci") or e.get("goodput_ci") or {}) if e.get("confirmed") else "-"
+
+
+def _ci(ci: dict[str, Any]) -> str:
+    if ci.get("low") is None or ci.get("high") is None:
+        return "-"
+    return f"[{ci['low']:.2f}, {ci['high']:.2f}]"
+
+
+def _binding(e: dict[str, Any]) -> str:
+    term = next((t for t in e.get("terms", []) if t["metric"] == e.get("binding")), None)
+    if term is None:
+        return "-"
+    limit = term.get("limit_ms")
+    return f"{term['metric']} {term['value_ms']:.1f} ms" + (f" / {limit:g} ms" if limit else "")
+
+
+def _short(config: dict[str, Any]) -> str:
+    from tuner.progress import short_config
+
+    return short_config(config)
+
+
+def _label(name: str) -> str:
+    return _PARAM_LABELS.get(name, name)
+
+
+# ---- HTML -----------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
+margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.2em;margin-top:1.8em;
+border-bottom:1px solid #ddd;padding-bottom:.2em}
+.summary{font-size:1.1em;background:#f3f8f3;border-left:4px solid #2ca02c;padding:.6em 1em}
+.infeasible{background:#fbf1f1;border-left-color:#d62728}
+pre{background:#f6f6f6;padding:.7em;overflow-x:auto;border-radius:4px}
+table{border-collapse:collapse;font-size:.9em;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4} img{max-width:100%;margin:.5em 0} .note{color:#666;font-size:.9em}
+"""
+
+
+def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
+    e = html.escape
+    css_class = "summary" if rec["feasible"] else "summary infeasible"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>tune: {e(str(rec['slo']))}"
+             f"</title><style>{_CSS}</style></head><body>",
+             f"<h1>Recommendation for {e(str(rec['slo']))}</h1>",
+             f"<p class='{css_class}'>{e(rec['summary'])}</p>"]  # fmt: skip
+    if rec.get("flags"):
+        flags = rec["flags"]
+        parts += ["<h2>Flags</h2>", "<p>vLLM</p>",
+                  f"<pre>vllm serve MODEL {e(flags['vllm'])}</pre>", "<p>SGLang</p>",
+                  f"<pre>python -m sglang.launch_server --model-path MODEL {e(flags['sglang'])}"
+                  "</pre>"]  # fmt: skip
+        parts += [f"<p class='note'>{e(n)}</p>" for n in flags["notes"]]
+    parts += ["<h2>Compared</h2>", _html_table(*comparison_table(rec))]
+    if rec.get("top"):
+        parts += ["<h2>Top configs, re-measured</h2>", _html_table(*top_table(rec)),
+                  "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
+                  "is confirmed at the highest rate where every term's whole interval holds."
+                  "</p>"]  # fmt: skip
+    for name, png in figures.items():
+        data = base64.b64encode(png).decode("ascii")
+        parts += [f"<h2>{_FIGURE_TITLES[name]}</h2>",
+                  f"<img alt='{name}' src='data:image/png;base64,{data}'>"]  # fmt: skip
+    parts += ["<h2>Setup</h2>", _html_table(*setup_table(rec), header=False)]
+    parts += ["<h2>Trials</h2>", _html_table(*trials_table(rec)), "</body></html>"]
+    return "\n".join(parts)
+
+
+def _html_table(head: list[str], rows: list[list[str]], header: bool = True) -> str:
+    e = html.escape
+    out = ["<table>"]
+    if header:
+        out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")
+    out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
+    out.append("</table>")
+    return "\n".join(out)

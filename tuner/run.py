@@ -1,0 +1,301 @@
+"""One `tune` run end to end: target, workload, study, search, confirmation, report."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from loadgen import LoadgenError, Workload, build_workload
+from slo import SLO, SLOError, parse_slo
+from tuner.confirm import Candidate, Confirmer, choose, top_trials
+from tuner.errors import TuneError
+from tuner.measure import LevelResult, LevelSettings
+from tuner.objective import CAPACITY, KNOBS, Mode, Objective
+from tuner.progress import RunStatus, StatusSink, make_display
+from tuner.ratesearch import RateSearchSettings
+from tuner.report import build_recommendation, write_reports
+from tuner.rules import Scenario, rule_of_thumb_knobs, scenario_for
+from tuner.runfiles import (
+    CONFIRMATION_FILE,
+    RUN_FILE,
+    RunFiles,
+    trial_levels,
+    write_trials_table,
+)
+from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
+from tuner.settings import TuneSettings
+from tuner.space import SearchSpace, build_space
+from tuner.study import (
+    ROLE,
+    CapacityPruner,
+    Role,
+    SamplerName,
+    has_role,
+    make_sampler,
+    open_study,
+    recover_stale_trials,
+    storage_url,
+)
+from tuner.target_setup import TargetFacts, launch_searched_knobs, open_target
+from tuner.targets import Target
+
+# Seconds a level spends draining after its last arrival (the longest requests finishing).
+LEVEL_TAIL_S = 4.0
+
+
+@dataclass
+class RunContext:
+    """What the phases of a run share."""
+
+    settings: TuneSettings
+    slo: SLO
+    files: RunFiles
+    target: Target
+    facts: TargetFacts
+    workload: Workload
+    space: SearchSpace
+    study: optuna.Study
+    mode: Mode
+    level_settings: LevelSettings
+    scenario: Scenario
+
+
+async def run_tune(
+    settings: TuneSettings,
+    quiet: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Run (or resume) a study and write its report; returns the recommendation JSON."""
+    budget = Budget(settings.time_budget_s, clock)
+    slo = _parse_slo(settings.slo)
+    files = RunFiles(settings.resolved_run_dir())
+    files.ensure()
+    target, facts = open_target(settings, files)
+    try:
+        ctx = _context(settings, slo, files, target, facts)
+        files.write_json(RUN_FILE, _run_file(ctx))
+        status = RunStatus(settings.trials, settings.time_budget_s, clock)
+        status.start_s = budget.start_s
+        with make_display(status, quiet) as display:
+            log = await _search(ctx, budget, display)
+            display.set_phase("confirming the top configs")
+            candidates = await _confirm(ctx, budget)
+            display.set_phase("writing the report")
+            return _finish(ctx, candidates, log, budget)
+    finally:
+        await target.close()
+
+
+def _parse_slo(text: str) -> SLO:
+    try:
+        return parse_slo(text)
+    except SLOError as exc:
+        raise TuneError(f"--slo: {exc}") from None
+
+
+def _context(
+    settings: TuneSettings, slo: SLO, files: RunFiles, target: Target, facts: TargetFacts
+) -> RunContext:
+    try:
+        workload = build_workload(
+            settings.workload,
+            num_requests=settings.num_requests,
+            seed=settings.workload_seed,
+            max_model_len=facts.max_model_len,
+            vocab_size=facts.vocab_size,
+        )
+    except LoadgenError as exc:
+        raise TuneError(str(exc)) from None
+    space = _space(settings, facts, workload)
+    mode = Mode.GOODPUT if settings.rate_rps is not None else Mode.CAPACITY
+    sampler = make_sampler(
+        SamplerName(settings.sampler), settings.seed, settings.n_startup_trials,
+        constraints=mode is Mode.GOODPUT,
+    )  # fmt: skip
+    meta = {
+        "slo": str(slo),
+        "workload": workload.name,
+        "workload_fingerprint": workload.fingerprint(),
+        "mode": mode.value,
+        "rate_rps": settings.rate_rps,
+        "model": facts.model,
+        "arrival": settings.arrival,
+    }
+    storage = storage_url(settings.storage, files.root)
+    study = open_study(storage, settings.resolved_study_name(), sampler, CapacityPruner(), meta)
+    scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
+    level_settings = LevelSettings(
+        arrival=settings.arrival,
+        burstiness=settings.burstiness,
+        seed=settings.workload_seed,
+        timeout_s=settings.request_timeout_s,
+        require_schedule=facts.require_schedule,
+    )
+    return RunContext(settings, slo, files, target, facts, workload, space, study, mode,
+                      level_settings, scenario)  # fmt: skip
+
+
+def _space(settings: TuneSettings, facts: TargetFacts, workload: Workload) -> SearchSpace:
+    space = build_space(
+        block_size=facts.block_size,
+        max_model_len=facts.max_model_len,
+        longest_prompt=max(r.prompt_len for r in workload.requests),
+        params=settings.param_domains(),
+        fixed=settings.fixed_values(),
+    )
+    allowed = launch_searched_knobs(settings)
+    if allowed is not None:  # a launched server only takes the knobs its command names
+        domains = {k: v for k, v in space.domains.items() if k in allowed}
+        space = dataclasses.replace(space, domains=domains)
+    return space
+
+
+def reference_configs(ctx: RunContext) -> list[tuple[Role, dict[str, Any]]]:
+    """The default config and the rule of thumb (pins from --fix apply to both)."""
+    base = ctx.space.normalise({**ctx.space.base, **ctx.space.fixed})
+    refs = [(Role.DEFAULT, base)]
+    thumb = ctx.space.normalise(rule_of_thumb_knobs(ctx.scenario, base))
+    if thumb != base:
+        refs.append((Role.RULE_OF_THUMB, thumb))
+    return refs
+
+
+def _enqueue_references(ctx: RunContext) -> list[str]:
+    notes = []
+    for role, knobs in reference_configs(ctx):
+        if has_role(ctx.study, role):
+            continue
+        if not ctx.space.contains(knobs):
+            notes.append(f"the {role.value} config lies outside the searched space; not measured")
+            continue
+        ctx.study.enqueue_trial(ctx.space.to_params(knobs), user_attrs={ROLE: role.value})
+    return notes
+
+
+async def _search(ctx: RunContext, budget: Budget, display: StatusSink) -> SearchLog:
+    s = ctx.settings
+    recovered = recover_stale_trials(ctx.study)
+    if recovered:
+        display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
+    _enqueue_references(ctx)
+    search = RateSearchSettings(
+        start_rps=s.start_rps,
+        growth=s.growth,
+        rel_tol=s.rel_tol,
+        min_rps=s.effective_min_rps,
+        max_levels=s.max_levels,
+    )
+    objective = Objective(
+        ctx.target, ctx.workload.requests, ctx.slo, ctx.space, ctx.level_settings, search,
+        mode=ctx.mode, rate_rps=s.rate_rps, progress=display,
+        on_level=lambda trial, step, level: _save_records(ctx, trial, step, level),
+    )  # fmt: skip
+    display.set_phase(f"searching ({s.sampler}, {ctx.mode.value})")
+    first_guess = 3 * _level_s(ctx, s.rate_rps or s.start_rps)
+    return await run_search(ctx.study, objective, s.trials, budget,
+                            lambda: _reserve_s(ctx), display, first_guess)  # fmt: skip
+
+
+def _save_records(ctx: RunContext, trial: int, step: int, level: LevelResult) -> None:
+    ctx.files.write_records(ctx.files.level_path(trial, step), level.records)
+
+
+def _level_s(ctx: RunContext, rate_rps: float) -> float:
+    """Expected wall time of one level at this rate: arrivals plus the drain."""
+    return len(ctx.workload.requests) / rate_rps + LEVEL_TAIL_S
+
+
+def _reserve_s(ctx: RunContext) -> float:
+    """Time the confirmation and the report will need, given the current top configs."""
+    reps = ctx.settings.repeats
+    top = top_trials(ctx.study, ctx.settings.top_k, ctx.mode)
+    rates = [ctx.settings.rate_rps or t.value or 1.0 for t in top]
+    return REPORT_RESERVE_S + reps * sum(_level_s(ctx, r) for r in rates)
+
+
+async def _confirm(ctx: RunContext, budget: Budget) -> list[Candidate]:
+    confirmer = Confirmer(ctx.target, ctx.workload.requests, ctx.slo, ctx.files,
+                          ctx.level_settings, ctx.mode, ctx.settings.rate_rps,
+                          seed=ctx.settings.seed)  # fmt: skip
+    deadline = budget.end_s - REPORT_RESERVE_S
+    out = []
+    for trial in top_trials(ctx.study, ctx.settings.top_k, ctx.mode):
+        knobs = ctx.space.normalise(trial.user_attrs[KNOBS])
+        out.append(await confirmer.confirm(trial, knobs, ctx.settings.repeats, deadline))
+    return out
+
+
+def _finish(
+    ctx: RunContext, candidates: list[Candidate], log: SearchLog, budget: Budget
+) -> dict[str, Any]:
+    chosen = choose(candidates)
+    confirmation = {
+        "candidates": [c.summary() for c in candidates],
+        "chosen_trial": chosen.trial if chosen else None,
+        "stopped_by": log.stopped_by,
+        "elapsed_s": budget.clock() - budget.start_s,
+    }
+    ctx.files.write_json(CONFIRMATION_FILE, confirmation)
+    if chosen is not None:
+        ctx.files.write_records(ctx.files.root / "records_recommended.jsonl", chosen.records)
+    _write_default_records(ctx)
+    write_trials_table(ctx.study, ctx.files)
+    run_info = ctx.files.read_json(RUN_FILE) or {}
+    rec = build_recommendation(ctx.study, run_info, confirmation, ctx.files)
+    write_reports(rec, ctx.study, ctx.files)
+    return rec
+
+
+def _write_default_records(ctx: RunContext) -> None:
+    """Records of the default config at its capacity (its first level if it never passed)."""
+    for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if trial.user_attrs.get(ROLE) != Role.DEFAULT.value:
+            continue
+        levels = trial_levels(trial)
+        capacity = trial.user_attrs.get(CAPACITY) or 0.0
+        index = next((i for i, lv in enumerate(levels) if lv.get("rate_rps") == capacity), 0)
+        records = ctx.files.read_records(ctx.files.level_path(trial.number, index))
+        if records is not None:
+            ctx.files.write_records(ctx.files.root / "records_default.jsonl", records)
+        return
+
+
+def _run_file(ctx: RunContext) -> dict[str, Any]:
+    from tuner.environment import environment
+
+    s = ctx.settings
+    return {
+        "settings": s.to_json(),
+        "storage": s.storage or f"sqlite:///{(ctx.files.root / 'study.db').resolve()}",
+        "study_name": s.resolved_study_name(),
+        "slo": str(ctx.slo),
+        "mode": ctx.mode.value,
+        "rate_rps": s.rate_rps,
+        "scenario": ctx.scenario.value,
+        "workload": {
+            "name": ctx.workload.name,
+            "num_requests": len(ctx.workload.requests),
+            "seed": s.workload_seed,
+            "arrival": s.arrival,
+            "burstiness": s.burstiness,
+            "fingerprint": ctx.workload.fingerprint(),
+            "classes": ctx.workload.class_counts(),
+            "longest_prompt": max(r.prompt_len for r in ctx.workload.requests),
+            "max_model_len": ctx.facts.max_model_len,
+        },
+        "target": dataclasses.asdict(ctx.facts),
+        "space": ctx.space.describe(),
+        "fixed": {k: getattr(v, "value", v) for k, v in ctx.space.fixed.items()},
+        "environment": environment(),
+        "min_rps": s.effective_min_rps,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "path": str(Path(ctx.files.root)),
+        "budget_s": s.time_budget_s,
+    }

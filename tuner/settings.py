@@ -1,0 +1,133 @@
+"""`TuneSettings`: everything one `tune` run was asked to do, as the CLI parsed it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TuneError
+from tuner.rules import Scenario
+from tuner.space import Domain, parse_fix, parse_param
+from tuner.study import SamplerName
+
+# Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
+# minutes on two cores: a level of 40 requests at ~3 req/s takes ~15 s, the default config
+# needs ~5 levels and a search trial ~2 on average, and the confirmation repeats the top three
+# once. docs/tuner.md shows the arithmetic.
+DEFAULT_NUM_REQUESTS = 40
+DEFAULT_TIME_BUDGET_S = 540.0
+DEFAULT_TRIALS = 40
+DEFAULT_START_RPS = 2.0
+
+
+@dataclass
+class TuneSettings:
+    """One run's settings; JSON-friendly so a resume and `tune report` can read them back."""
+
+    slo: str
+    workload: str = "mixed"
+    num_requests: int = DEFAULT_NUM_REQUESTS
+    workload_seed: int = 0
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    # built-in engine
+    model: str = "tiny"
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_cache_memory_gb: float | None = None
+    max_model_len: int | None = None
+    # search
+    params: list[str] = field(default_factory=list)  # --param texts
+    fixed: list[str] = field(default_factory=list)  # --fix texts
+    trials: int = DEFAULT_TRIALS
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    rate_rps: float | None = None
+    repeats: int = 1
+    top_k: int = 3
+    sampler: str = SamplerName.TPE.value
+    seed: int = 0
+    n_startup_trials: int = 4
+    start_rps: float = DEFAULT_START_RPS
+    growth: float = 2.0
+    rel_tol: float = 0.1
+    min_rps: float | None = None  # None: start_rps / 8
+    max_levels: int = 8
+    scenario: str | None = None
+    request_timeout_s: float = 120.0
+    # storage
+    run_dir: str | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    # other targets
+    launch: str | None = None
+    url: str | None = None
+    served_model: str | None = None
+    endpoint: str = "completions"
+    prometheus_url: str | None = None
+    launch_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _positive("num_requests", self.num_requests, integer=True)
+        _positive("trials", self.trials, integer=True)
+        _positive("time_budget_s", self.time_budget_s)
+        _positive("start_rps", self.start_rps)
+        _positive("max_levels", self.max_levels, integer=True)
+        _positive("top_k", self.top_k, integer=True)
+        if self.rate_rps is not None:
+            _positive("rate", self.rate_rps)
+        if self.repeats < 0:
+            raise TuneError(f"--repeats {self.repeats} is invalid; use 0 or more")
+        if self.growth <= 1:
+            raise TuneError(f"--growth {self.growth} is invalid; use a factor above 1, e.g. 2")
+        if not 0 < self.rel_tol < 1:
+            raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
+        try:
+            SamplerName(self.sampler)
+        except ValueError:
+            choices = ", ".join(s.value for s in SamplerName)
+            raise TuneError(f"--sampler {self.sampler!r} is invalid; use {choices}") from None
+        if self.scenario is not None:
+            try:
+                Scenario(self.scenario)
+            except ValueError:
+                choices = ", ".join(s.value for s in Scenario)
+                raise TuneError(f"--scenario {self.scenario!r} is invalid; use {choices}") from None
+        self.param_domains()
+        self.fixed_values()
+
+    def param_domains(self) -> dict[str, Domain]:
+        return dict(parse_param(p) for p in self.params)
+
+    def fixed_values(self) -> dict[str, Any]:
+        return dict(parse_fix(f) for f in self.fixed)
+
+    @property
+    def effective_min_rps(self) -> float:
+        return self.min_rps if self.min_rps is not None else self.start_rps / 8
+
+    def resolved_run_dir(self) -> Path:
+        if self.run_dir is None:
+            self.run_dir = str(Path("results") / time.strftime("tune-%Y%m%d-%H%M%S"))
+        return Path(self.run_dir)
+
+    def resolved_study_name(self) -> str:
+        return self.study_name or f"tune-{self.workload}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuneSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _positive(name: str, value: float, integer: bool = False) -> None:
+    flag = "--" + name.replace("_", "-")
+    if integer and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TuneError(f"{flag} {value!r} is invalid; use a whole number >= 1")
+    if not value > 0:
+        raise TuneError(f"{flag} {value!r} is invalid; use a positive number")
