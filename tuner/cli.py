@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
     t.add_argument("--prometheus-url", help="pull preemptions and KV usage per level")
     t.add_argument(
+        "--prometheus-interval",
+        type=float,
+        default=5.0,
+        help="Prometheus scrape interval in seconds (default 5)",
+    )
+    t.add_argument(
         "--launch-timeout",
         type=float,
         default=600.0,
@@ -174,7 +180,8 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
         request_timeout_s=args.request_timeout, run_dir=args.run_dir, storage=args.storage,
         study_name=args.study_name, launch=args.launch, url=args.url,
         served_model=args.served_model, endpoint=args.endpoint,
-        prometheus_url=args.prometheus_url, launch_timeout_s=args.launch_timeout,
+        prometheus_url=args.prometheus_url,
+        prometheus_interval_s=args.prometheus_interval, launch_timeout_s=args.launch_timeout,
     )  # fmt: skip
 
 

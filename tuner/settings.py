@@ -67,6 +67,7 @@ class TuneSettings:
     served_model: str | None = None
     endpoint: str = "completions"
     prometheus_url: str | None = None
+    prometheus_interval_s: float = 5.0
     launch_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:

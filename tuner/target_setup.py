@@ -38,7 +38,7 @@ def open_target(settings: TuneSettings, files: RunFiles) -> tuple[Target, Target
     """The built-in engine (weights load here, once), a --launch command, or a --url."""
     prom = None
     if settings.prometheus_url:
-        prom = PrometheusProbe(settings.prometheus_url)
+        prom = PrometheusProbe(settings.prometheus_url, settings.prometheus_interval_s)
         prom.check()
     if settings.launch:
         return _launch(settings, files, prom)
