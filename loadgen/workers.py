@@ -105,6 +105,7 @@ async def replay_in_workers(
         )
         proc = ctx.Process(target=_worker_main, args=args, daemon=True, name=f"loadgen-worker-{w}")
         proc.start()
+        child_end.close()  # the child holds it now: a dead child then reads as EOF here
         conns.append(parent_end)
         procs.append(proc)
     try:
@@ -134,7 +135,12 @@ async def _gather_replies(conns: list[Connection], procs: list[Any], want: str) 
                 proc.terminate()
             raise LoadgenError(payload)
         if kind != want:
-            raise LoadgenError(f"loadgen worker {w} exited unexpectedly; rerun with workers=1")
+            for proc in procs:
+                proc.terminate()
+            raise LoadgenError(
+                f"loadgen worker {w} exited unexpectedly (a script that starts workers needs an "
+                "`if __name__ == '__main__':` guard); rerun with workers=1 to see why"
+            )
         out.append(payload)
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -87,6 +88,26 @@ async def test_worker_processes_share_one_schedule(server):
         assert rec.sent_s >= rec.scheduled_s
         truth = srv.truth[str(rec.index)]
         assert all(c >= s for c, s in zip(rec.chunk_times_s, truth.chunk_sent_s, strict=True))
+
+
+class DyingWorkerFactory:
+    """Builds nothing: the worker process dies at once, as a crash would."""
+
+    def __call__(self) -> HttpTarget:
+        os._exit(3)
+
+
+class DyingWorkersTarget(HttpTarget):
+    def worker_factory(self) -> DyingWorkerFactory:
+        return DyingWorkerFactory()
+
+
+async def test_a_dead_worker_is_an_error_not_a_hang(server):
+    _, url = server
+    with pytest.raises(LoadgenError, match="worker 0 exited unexpectedly"):
+        await asyncio.wait_for(
+            replay(DyingWorkersTarget(url, "m"), _specs(4), [0.0] * 4, workers=2), timeout=60
+        )
 
 
 async def test_workers_fail_fast_on_an_unreachable_url(unused_tcp_port):
