@@ -60,19 +60,30 @@ def fetch_truth(url: str, reset: bool = False) -> dict[str, dict[str, object]]:
         return json.loads(resp.read())
 
 
-async def one_level(url: str, chunk_rate: float, duration_s: float, workers: int) -> dict:
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def one_level(
+    url: str, chunk_rate: float, duration_s: float, workers: int, server_pid: int
+) -> dict:
     rate = chunk_rate / TOKENS
     n = max(10, round(rate * duration_s))
     specs = [RequestSpec(i, [5, 6, 7, 8], TOKENS, "short") for i in range(n)]
     offsets = arrival_offsets("constant", rate, n)
     fetch_truth(url, reset=True)
-    cpu0 = time.process_time()
+    cpu0, server0, load0 = time.process_time(), proc_cpu_s(server_pid), os.getloadavg()[0]
     res = await replay(HttpTarget(url, "scripted"), specs, offsets, timeout_s=60, workers=workers)
     cpu_s = time.process_time() - cpu0  # this process only: meaningful with one worker
+    server_s = proc_cpu_s(server_pid) - server0
     truth = fetch_truth(url)
     row = compare(res, truth) | {"chunk_rate": chunk_rate, "workers": workers, "requests": n}
     chunks = sum(len(r.chunk_times_s) for r in res.records)
     row["client_cpu_us_per_chunk"] = cpu_s / max(1, chunks) * 1e6 if workers == 1 else float("nan")
+    row["server_cpu_us_per_chunk"] = server_s / max(1, chunks) * 1e6
+    row["load_avg_1m"] = max(load0, os.getloadavg()[0])  # other work on the machine
     return row
 
 
@@ -127,22 +138,25 @@ def show(row: dict) -> None:
         f"ITL err p50/p90/p99 {row['itl_p50_err_ms']:+.2f}/{row['itl_p90_err_ms']:+.2f}/"
         f"{row['itl_p99_err_ms']:+.2f} ms  delay p50/p99 {row['delay_p50_ms']:.2f}/"
         f"{row['delay_p99_ms']:.2f} ms  loop lag p99 {row['p99_loop_lag_ms']:.1f} ms  "
-        f"client CPU {row['client_cpu_us_per_chunk']:.0f} us/chunk  "
+        f"CPU us/chunk client {row['client_cpu_us_per_chunk']:.0f} "
+        f"server {row['server_cpu_us_per_chunk']:.0f}  load {row['load_avg_1m']:.1f}  "
         f"{'sustained' if row['sustained'] else 'NOT sustained'}"
         f" (lost {row['lost']}, merged {row['merged']}, schedule_ok {row['schedule_ok']})",
         flush=True,
     )
 
 
-async def run_all(args: argparse.Namespace, url: str) -> dict:
+async def run_all(args: argparse.Namespace, url: str, server_pid: int) -> dict:
     accuracy, ramp = [], []
     for rate in args.rates:
-        runs = [await one_level(url, rate, args.duration, 1) for _ in range(args.repeats)]
+        runs = [
+            await one_level(url, rate, args.duration, 1, server_pid) for _ in range(args.repeats)
+        ]
         accuracy.append(median_of(runs))
         show(accuracy[-1])
     for workers in args.workers:
         for rate in args.ramp:
-            row = median_of([await one_level(url, rate, args.duration, workers)])
+            row = median_of([await one_level(url, rate, args.duration, workers, server_pid)])
             ramp.append(row)
             show(row)
             if not row["sustained"]:
@@ -169,7 +183,7 @@ def main() -> None:
     server, url = start_server(args.pin)
     try:
         time.sleep(0.5)
-        result = run_event_loop(run_all(args, url))
+        result = run_event_loop(run_all(args, url, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=10)

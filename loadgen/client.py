@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import yarl
 
 from loadgen.errors import LoadgenError
 from loadgen.records import RequestRecord
@@ -92,6 +93,7 @@ class HttpTarget:
             url, model, str(self.endpoint), api_key, dict(extra_body or {}), connect_timeout_s
         )
         self.url = self.base_url + self.endpoint.path
+        self._url = yarl.URL(self.url)
         self.description = f"{self.url} (model {model or 'default'})"
         self._headers = {"Content-Type": "application/json"}
         if api_key:
@@ -107,6 +109,9 @@ class HttpTarget:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 read_bufsize=READ_BUFSIZE,
+                # Less work between the send stamp and the request leaving: no cookies to
+                # store or send, and the URL parsed once (below) instead of per request.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=self.config.connect_timeout_s
                 ),
@@ -181,7 +186,7 @@ class HttpTarget:
         headers: dict[str, str],
         record: RequestRecord,
     ) -> None:
-        async with session.post(self.url, data=payload, headers=headers) as resp:
+        async with session.post(self._url, data=payload, headers=headers) as resp:
             if resp.status != 200:
                 record.fail(f"HTTP {resp.status}: {await _error_body(resp)}", time.monotonic())
                 return
