@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    for name in ("transformers", "ContinuousBatchingLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     results = compare(args)
     print(json.dumps(results, indent=None if args.json else 2))
     return 0

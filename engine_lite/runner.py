@@ -50,7 +50,7 @@ class ModelRunner:
             keep_freed_memory()
         source = resolve_model(config.model)
         self.model_config: ModelConfig = source.config
-        self.attention_backend = resolve_backend(config.attention_backend, self.device)
+        self.attention_backend = resolve_backend(config.attention_backend, self.device, self.dtype)
         self.block_size = config.block_size or default_block_size(self.attention_backend)
         self.max_model_len = resolve_max_model_len(config, self.model_config)
         config.check_max_model_len(self.max_model_len)

@@ -21,16 +21,23 @@ __all__ = [
 ]
 
 
-def resolve_backend(requested: str, device: torch.device) -> str:
-    """`auto` means flash-attn on CUDA when it imports, the PyTorch backend otherwise."""
+FLASH_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    """`auto` means flash-attn on CUDA in 16-bit when it imports, the PyTorch backend otherwise."""
     if requested == "auto":
-        if device.type == "cuda" and load_flash_attn() is not None:
-            return "flash"
-        return "torch"
+        usable = device.type == "cuda" and dtype in FLASH_DTYPES
+        return "flash" if usable and load_flash_attn() is not None else "torch"
     if requested == "flash" and device.type != "cuda":
         raise EngineLiteError(
             f"attention_backend='flash' needs a CUDA device but device is {device}; "
             "use attention_backend='torch' or 'auto'"
+        )
+    if requested == "flash" and dtype not in FLASH_DTYPES:
+        raise EngineLiteError(
+            f"attention_backend='flash' needs dtype bfloat16 or float16, not {dtype}; "
+            "set dtype='bfloat16' or use attention_backend='torch'"
         )
     return requested
 

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine_lite import SamplingParams
-from engine_lite.config import EngineConfig
-from engine_lite.engine import LLMEngine
+from engine_lite import LLM, SamplingParams
 
 transformers = pytest.importorskip("transformers")
 
@@ -110,12 +108,11 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
 
 
 def engine_generate(folder: Path, prompts: list[list[int]], knobs: dict[str, Any]):
-    engine = LLMEngine(EngineConfig(model=str(folder), max_model_len=512, **knobs))
+    llm = LLM(model=str(folder), max_model_len=512, **knobs)
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
-    reqs = [engine.add_request(p, params) for p in prompts]
-    while engine.has_unfinished():
-        engine.step()
-    return [r.output_token_ids for r in reqs], engine.stats().num_preemptions_total
+    outputs = llm.generate(prompts, params)
+    tokens = [out.outputs[0].token_ids for out in outputs]
+    return tokens, llm.engine.stats().num_preemptions_total
 
 
 def test_sharded_checkpoint_is_sharded(checkpoints: dict) -> None:

@@ -177,3 +177,14 @@ def test_bad_engine_settings_are_named(knobs: dict[str, object], match: str) -> 
         pytest.skip("CUDA is available here")
     with pytest.raises(EngineLiteError, match=match):
         ModelRunner(EngineConfig(model="tiny", num_gpu_blocks_override=8, **knobs))  # type: ignore[arg-type]
+
+
+def test_backend_choice_follows_device_and_dtype() -> None:
+    from engine_lite.attention import resolve_backend
+
+    cuda = torch.device("cuda")
+    assert resolve_backend("auto", torch.device("cpu"), torch.float32) == "torch"
+    # flash-attn has no fp32 kernels: auto falls back, an explicit request is refused
+    assert resolve_backend("auto", cuda, torch.float32) == "torch"
+    with pytest.raises(EngineLiteError, match="dtype bfloat16 or float16"):
+        resolve_backend("flash", cuda, torch.float32)
