@@ -13,8 +13,12 @@ gaps between the server's sends. Requests arrive at a constant rate of chunk_rat
 Per load level and repeat it prints the client's TTFT and ITL percentiles minus the truth's
 (p50/p90/p99, ms), the per-chunk delivery delay (arrival - send), the loop and send lag, and
 whether the client kept its schedule; medians over repeats. A level is *sustained* when the
-schedule held, no chunk was lost or merged, and |ITL p99 error| <= 5 ms. `--pin` puts the
-server on CPU 1 and the client on CPU 0 (else the OS places them; other load may share).
+schedule held, no request was lost, and the ITL error is within 1 ms at p50 and 5 ms at p99
+(a client that falls behind reads chunks together, and ITL p50 collapses towards 0).
+The TTFT error is split into the request path (send stamp to the server's handler: client
+request overhead plus the server's own intake delay) and the first chunk's delivery.
+`--pin` puts the server on CPU 1 and the client on CPU 0 (else the OS places them, and other
+work on the machine shares both cores: the load average is printed with every level).
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ async def one_level(
 
 
 def compare(res, truth: dict) -> dict:
-    ttft_c, ttft_t, itl_c, itl_t, delay = [], [], [], [], []
+    ttft_c, ttft_t, itl_c, itl_t, delay, intake = [], [], [], [], [], []
     lost = merged = 0
     for rec in res.records:
         t = truth.get(str(rec.index))
@@ -99,10 +103,12 @@ def compare(res, truth: dict) -> dict:
         got = np.asarray(rec.chunk_times_s)
         ttft_c.append(got[0] - rec.sent_s)
         ttft_t.append(sent[0] - t["received_s"])
+        intake.append(t["received_s"] - rec.sent_s)
         itl_c.extend(np.diff(got))
         itl_t.extend(np.diff(sent))
         delay.extend(got - sent)
-        merged += int(np.sum(np.diff(got) < 1e-4))
+        # Two chunks the server sent >= 5 ms apart but the client read together: a client stall.
+        merged += int(np.sum((np.diff(got) < 1e-4) & (np.diff(sent) >= 5e-3)))
     out = {"lost": lost, "merged": merged, "schedule_ok": res.schedule_ok}
     out["p99_loop_lag_ms"] = res.p99_loop_lag_s * 1e3
     out["p99_send_lag_ms"] = res.p99_send_lag_s * 1e3
@@ -110,9 +116,14 @@ def compare(res, truth: dict) -> dict:
         out[f"ttft_p{q}_err_ms"] = _pct(ttft_c, q) - _pct(ttft_t, q)
         out[f"itl_p{q}_err_ms"] = _pct(itl_c, q) - _pct(itl_t, q)
         out[f"delay_p{q}_ms"] = _pct(delay, q)
+        out[f"intake_p{q}_ms"] = _pct(intake, q)
     out["delay_max_ms"] = max(delay) * 1e3 if delay else float("nan")
+    out["merged_frac"] = merged / max(1, len(delay))
     out["sustained"] = bool(
-        res.schedule_ok and lost == 0 and merged == 0 and abs(out["itl_p99_err_ms"]) <= 5.0
+        res.schedule_ok
+        and lost == 0
+        and abs(out["itl_p50_err_ms"]) <= 1.0
+        and abs(out["itl_p99_err_ms"]) <= 5.0
     )
     return out
 
@@ -137,7 +148,8 @@ def show(row: dict) -> None:
         f"TTFT err p50/p99 {row['ttft_p50_err_ms']:+.2f}/{row['ttft_p99_err_ms']:+.2f} ms  "
         f"ITL err p50/p90/p99 {row['itl_p50_err_ms']:+.2f}/{row['itl_p90_err_ms']:+.2f}/"
         f"{row['itl_p99_err_ms']:+.2f} ms  delay p50/p99 {row['delay_p50_ms']:.2f}/"
-        f"{row['delay_p99_ms']:.2f} ms  loop lag p99 {row['p99_loop_lag_ms']:.1f} ms  "
+        f"{row['delay_p99_ms']:.2f} ms  request intake p50/p99 {row['intake_p50_ms']:.2f}/"
+        f"{row['intake_p99_ms']:.2f} ms  loop lag p99 {row['p99_loop_lag_ms']:.1f} ms  "
         f"CPU us/chunk client {row['client_cpu_us_per_chunk']:.0f} "
         f"server {row['server_cpu_us_per_chunk']:.0f}  load {row['load_avg_1m']:.1f}  "
         f"{'sustained' if row['sustained'] else 'NOT sustained'}"
