@@ -1,5 +1,13 @@
 """engine_lite: a small chunked-prefill LLM engine with vLLM's scheduler knobs."""
 
+import os
+
+# OpenMP workers spin while idle by default; on a small shared CPU that spinning starved the
+# engine (6-10x slower steps under load). Must be set before torch loads its OpenMP runtime;
+# a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 from engine_lite.async_engine import AsyncEngine
 from engine_lite.config import EngineConfig, Policy
 from engine_lite.errors import EngineLiteError

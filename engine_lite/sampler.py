@@ -6,6 +6,9 @@ import torch
 
 from engine_lite.request import Request
 
+# vLLM V1 treats a temperature below this as greedy: dividing by it would overflow to inf/NaN.
+_SAMPLING_EPS = 1e-5
+
 
 class Sampler:
     """Turns one logits row per request into a token id.
@@ -24,7 +27,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
         """logits: [len(requests), vocab]; returns one token id per request."""
         self._block_early_stops(logits, requests)
-        greedy = [r.sampling_params.temperature == 0 for r in requests]
+        greedy = [r.sampling_params.temperature < _SAMPLING_EPS for r in requests]
         if all(greedy):
             return logits.argmax(dim=-1).tolist()
         tokens = logits.argmax(dim=-1).tolist() if any(greedy) else [0] * len(requests)
@@ -56,6 +59,11 @@ class Sampler:
         probs = torch.softmax(row.float() / params.temperature, dim=-1)
         if params.top_p < 1.0:
             probs = _top_p(probs, params.top_p)
+        if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0.0:
+            # Every token banned (min_tokens with stop ids covering the vocabulary) or an
+            # underflow: no distribution is left, so take the best remaining logit rather than
+            # let multinomial raise and take the whole batch down with it.
+            return int(row.argmax().item())
         token = torch.multinomial(probs, 1, generator=self._generator(req))
         return int(token.item())
 
