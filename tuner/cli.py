@@ -14,7 +14,7 @@ from tuner.errors import TuneError
 from tuner.rules import Scenario
 from tuner.settings import (
     DEFAULT_NUM_REQUESTS,
-    DEFAULT_START_RPS,
+    DEFAULT_NUM_REQUESTS_GPU,
     DEFAULT_TIME_BUDGET_S,
     DEFAULT_TRIALS,
     TuneSettings,
@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--num-requests",
         type=int,
-        default=DEFAULT_NUM_REQUESTS,
-        help=f"requests per load level (default {DEFAULT_NUM_REQUESTS})",
+        help=f"requests per load level (default {DEFAULT_NUM_REQUESTS} on CPU, "
+        f"{DEFAULT_NUM_REQUESTS_GPU} on a GPU)",
     )
     w.add_argument("--workload-seed", type=int, default=0)
     w.add_argument("--arrival", default="poisson", help="poisson, gamma or constant")
@@ -100,14 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--startup-trials",
         type=int,
-        default=4,
-        help="random trials before the sampler models the space",
+        default=5,
+        help="trials before the sampler models the space (the queued references and budget "
+        "sweep count; default 5)",
     )
     s.add_argument(
         "--start-rate",
         type=float,
-        default=DEFAULT_START_RPS,
-        help="first load level of the first trial, req/s",
+        help="first load level of the first trial, req/s (default: 60%% of the throughput "
+        "measured on a burst of the request list)",
     )
     s.add_argument(
         "--rate-tolerance",

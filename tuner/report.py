@@ -77,7 +77,6 @@ def build_recommendation(
             "elapsed_s": confirmation.get("elapsed_s"),
             "space": run_info.get("space", {}),
             "fixed": run_info.get("fixed", {}),
-            "min_rps": run_info.get("min_rps"),
         },
         "run_dir": str(files.root),
     }

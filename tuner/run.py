@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
 from tuner.confirm import Candidate, Confirmer, choose, top_trials
 from tuner.errors import TuneError
-from tuner.measure import LevelResult, LevelSettings
+from tuner.measure import LevelResult, LevelSettings, measure_level
 from tuner.objective import CAPACITY, KNOBS, Mode, Objective
 from tuner.progress import RunStatus, StatusSink, make_display
 from tuner.ratesearch import RateSearchSettings
@@ -30,8 +31,8 @@ from tuner.runfiles import (
     write_trials_table,
 )
 from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
-from tuner.settings import TuneSettings
-from tuner.space import SearchSpace, build_space
+from tuner.settings import START_FRACTION_OF_BURST, TuneSettings
+from tuner.space import IntRange, SearchSpace, build_space
 from tuner.study import (
     ROLE,
     CapacityPruner,
@@ -46,6 +47,7 @@ from tuner.study import (
 from tuner.target_setup import TargetFacts, launch_searched_knobs, open_target
 from tuner.targets import Target
 
+CALIBRATION = "calibrated_start_rps"  # study user attr
 # Seconds a level spends draining after its last arrival (the longest requests finishing).
 LEVEL_TAIL_S = 4.0
 
@@ -106,7 +108,7 @@ def _context(
     try:
         workload = build_workload(
             settings.workload,
-            num_requests=settings.num_requests,
+            num_requests=settings.resolved_num_requests(facts.device),
             seed=settings.workload_seed,
             max_model_len=facts.max_model_len,
             vocab_size=facts.vocab_size,
@@ -157,25 +159,51 @@ def _space(settings: TuneSettings, facts: TargetFacts, workload: Workload) -> Se
     return space
 
 
-def reference_configs(ctx: RunContext) -> list[tuple[Role, dict[str, Any]]]:
+def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, dict]]:
     """The default config and the rule of thumb (pins from --fix apply to both)."""
-    base = ctx.space.normalise({**ctx.space.base, **ctx.space.fixed})
+    base = space.normalise({**space.base, **space.fixed})
     refs = [(Role.DEFAULT, base)]
-    thumb = ctx.space.normalise(rule_of_thumb_knobs(ctx.scenario, base))
+    thumb = space.normalise(rule_of_thumb_knobs(scenario, base))
     if thumb != base:
         refs.append((Role.RULE_OF_THUMB, thumb))
     return refs
 
 
-def _enqueue_references(ctx: RunContext) -> list[str]:
+def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[dict[str, Any]]:
+    """The default config at budgets 4x apart across the searched range.
+
+    Capacity is roughly unimodal in the budget, so a coarse sweep along it is the most
+    informative start the sampler can get; each point that loses is pruned after one level.
+    """
+    domain = space.domains.get("max_num_batched_tokens")
+    if not isinstance(domain, IntRange):
+        return []
+    base = space.normalise({**space.base, **space.fixed})
+    taken = {k["max_num_batched_tokens"] for _, k in reference_configs(space, scenario)}
+    out, budget = [], domain.low
+    while budget <= domain.high:
+        knobs = space.normalise({**base, "max_num_batched_tokens": budget})
+        if knobs["max_num_batched_tokens"] not in taken:
+            out.append(knobs)
+        budget *= 4
+    return out
+
+
+def enqueue_starting_configs(
+    study: optuna.Study, space: SearchSpace, scenario: Scenario
+) -> list[str]:
+    """Queue the references and the budget sweep once per study; notes on what was skipped."""
     notes = []
-    for role, knobs in reference_configs(ctx):
-        if has_role(ctx.study, role):
+    queued = reference_configs(space, scenario)
+    if not has_role(study, Role.SWEEP):
+        queued += [(Role.SWEEP, knobs) for knobs in sweep_configs(space, scenario)]
+    for role, knobs in queued:
+        if role.is_reference and has_role(study, role):
             continue
-        if not ctx.space.contains(knobs):
+        if not space.contains(knobs):
             notes.append(f"the {role.value} config lies outside the searched space; not measured")
             continue
-        ctx.study.enqueue_trial(ctx.space.to_params(knobs), user_attrs={ROLE: role.value})
+        study.enqueue_trial(space.to_params(knobs), user_attrs={ROLE: role.value})
     return notes
 
 
@@ -184,12 +212,14 @@ async def _search(ctx: RunContext, budget: Budget, display: StatusSink) -> Searc
     recovered = recover_stale_trials(ctx.study)
     if recovered:
         display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
-    _enqueue_references(ctx)
+    for note in enqueue_starting_configs(ctx.study, ctx.space, ctx.scenario):
+        display.line(note)
+    start = s.start_rps or await _calibrated_start(ctx, display)
     search = RateSearchSettings(
-        start_rps=s.start_rps,
+        start_rps=start,
         growth=s.growth,
         rel_tol=s.rel_tol,
-        min_rps=s.effective_min_rps,
+        min_rps=s.min_rps or start / 8,
         max_levels=s.max_levels,
     )
     objective = Objective(
@@ -198,9 +228,31 @@ async def _search(ctx: RunContext, budget: Budget, display: StatusSink) -> Searc
         on_level=lambda trial, step, level: _save_records(ctx, trial, step, level),
     )  # fmt: skip
     display.set_phase(f"searching ({s.sampler}, {ctx.mode.value})")
-    first_guess = 3 * _level_s(ctx, s.rate_rps or s.start_rps)
+    first_guess = 3 * _level_s(ctx, s.rate_rps or start)
     return await run_search(ctx.study, objective, s.trials, budget,
                             lambda: _reserve_s(ctx), display, first_guess)  # fmt: skip
+
+
+async def _calibrated_start(ctx: RunContext, display: StatusSink) -> float:
+    """First trial's start rate: a share of the throughput on a burst of the request list.
+
+    Kept in the study, so a resumed run and other workers reuse it instead of measuring again.
+    """
+    known = ctx.study.user_attrs.get(CALIBRATION)
+    if known:
+        return float(known)
+    if ctx.settings.rate_rps is not None:
+        return ctx.settings.rate_rps
+    display.set_phase("calibrating: a burst of the request list on the default config")
+    default = reference_configs(ctx.space, ctx.scenario)[0][1]
+    await ctx.target.apply(default)
+    level = await measure_level(ctx.target, ctx.workload.requests, math.inf, ctx.slo,
+                                ctx.level_settings)  # fmt: skip
+    start = max(0.05, START_FRACTION_OF_BURST * level.request_throughput_rps)
+    ctx.study.set_user_attr(CALIBRATION, start)
+    display.line(f"burst throughput {level.request_throughput_rps:.2f} req/s; "
+                 f"first trial starts at {start:.2f} req/s")  # fmt: skip
+    return start
 
 
 def _save_records(ctx: RunContext, trial: int, step: int, level: LevelResult) -> None:
@@ -294,7 +346,6 @@ def _run_file(ctx: RunContext) -> dict[str, Any]:
         "space": ctx.space.describe(),
         "fixed": {k: getattr(v, "value", v) for k, v in ctx.space.fixed.items()},
         "environment": environment(),
-        "min_rps": s.effective_min_rps,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "path": str(Path(ctx.files.root)),
         "budget_s": s.time_budget_s,

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from tuner.errors import TuneError
 from tuner.objective import Objective, TrialOutcome
 from tuner.progress import StatusSink
-from tuner.study import best_trial, finished_trials
+from tuner.study import ROLE, Role, best_trial, finished_trials
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0
@@ -65,8 +65,8 @@ async def run_search(
     """Run trials until the study holds `trials` finished ones or the budget runs out.
 
     A new trial starts only if its expected duration fits before the time kept for the
-    confirmation and the report; queued trials (the reference configs, or configs of trials a
-    killed run left unfinished) always run, since the report needs them.
+    confirmation and the report; the reference configs always run, since the report needs
+    them.
     """
     log = SearchLog()
     failed_in_a_row = 0
@@ -74,10 +74,9 @@ async def run_search(
         if len(finished_trials(study)) >= trials:
             log.stopped_by = f"--trials {trials} reached"
             break
-        queued = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         expected = log.estimate_trial_s(first_trial_guess_s)
         hard_stop_s = budget.end_s - reserve_s()
-        if not queued and budget.clock() + expected > hard_stop_s:
+        if not _reference_next(study) and budget.clock() + expected > hard_stop_s:
             log.stopped_by = "time budget"
             break
         trial = study.ask()
@@ -94,12 +93,21 @@ async def run_search(
             continue
         failed_in_a_row = 0
         log.outcomes.append(outcome)
-        if outcome.role.value == "search":
+        if not outcome.role.is_reference:
             log.durations_s.append(budget.clock() - started)
         best = best_trial(study)
         if best is not None and best.value:
             display.set_best(best.value, best.number + 1, unit=_unit(objective))
     return log
+
+
+def _reference_next(study: optuna.Study) -> bool:
+    """Is the next trial Optuna will hand out a queued reference config?"""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if not waiting:
+        return False
+    role = min(waiting, key=lambda t: t.number).user_attrs.get(ROLE, Role.SEARCH.value)
+    return Role(role).is_reference
 
 
 def _unit(objective: Objective) -> str:

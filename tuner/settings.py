@@ -18,9 +18,12 @@ from tuner.study import SamplerName
 # needs ~5 levels and a search trial ~2 on average, and the confirmation repeats the top three
 # once. docs/tuner.md shows the arithmetic.
 DEFAULT_NUM_REQUESTS = 40
+# A GPU serves a burst of 40 requests at once; a sustained load needs a longer request list.
+DEFAULT_NUM_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
 DEFAULT_TRIALS = 40
-DEFAULT_START_RPS = 2.0
+# The first trial starts at this share of the throughput measured on a burst of the request list.
+START_FRACTION_OF_BURST = 0.6
 
 
 @dataclass
@@ -29,7 +32,7 @@ class TuneSettings:
 
     slo: str
     workload: str = "mixed"
-    num_requests: int = DEFAULT_NUM_REQUESTS
+    num_requests: int | None = None  # None: 40 on CPU, 200 on a GPU
     workload_seed: int = 0
     arrival: str = "poisson"
     burstiness: float = 1.0
@@ -49,11 +52,11 @@ class TuneSettings:
     top_k: int = 3
     sampler: str = SamplerName.TPE.value
     seed: int = 0
-    n_startup_trials: int = 4
-    start_rps: float = DEFAULT_START_RPS
+    n_startup_trials: int = 5
+    start_rps: float | None = None  # None: calibrated from a burst of the request list
     growth: float = 2.0
     rel_tol: float = 0.1
-    min_rps: float | None = None  # None: start_rps / 8
+    min_rps: float | None = None  # None: the first trial's start / 8
     max_levels: int = 8
     scenario: str | None = None
     request_timeout_s: float = 120.0
@@ -71,10 +74,14 @@ class TuneSettings:
     launch_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _positive("num_requests", self.num_requests, integer=True)
+        if self.num_requests is not None:
+            _positive("num_requests", self.num_requests, integer=True)
         _positive("trials", self.trials, integer=True)
         _positive("time_budget_s", self.time_budget_s)
-        _positive("start_rps", self.start_rps)
+        if self.start_rps is not None:
+            _positive("start_rate", self.start_rps)
+        if self.min_rps is not None:
+            _positive("min_rate", self.min_rps)
         _positive("max_levels", self.max_levels, integer=True)
         _positive("top_k", self.top_k, integer=True)
         if self.rate_rps is not None:
@@ -105,9 +112,10 @@ class TuneSettings:
     def fixed_values(self) -> dict[str, Any]:
         return dict(parse_fix(f) for f in self.fixed)
 
-    @property
-    def effective_min_rps(self) -> float:
-        return self.min_rps if self.min_rps is not None else self.start_rps / 8
+    def resolved_num_requests(self, device: str) -> int:
+        if self.num_requests is not None:
+            return self.num_requests
+        return DEFAULT_NUM_REQUESTS_GPU if device.startswith("cuda") else DEFAULT_NUM_REQUESTS
 
     def resolved_run_dir(self) -> Path:
         if self.run_dir is None:

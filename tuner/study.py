@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import TuneError
 
-ROLE = "role"  # user attr: "default", "rule_of_thumb" or "search"
+ROLE = "role"  # user attr: a Role value
 WORKER = "worker"  # user attr: "host:pid" of the process measuring the trial
 HEARTBEAT = "heartbeat"  # user attr: wall-clock time of the trial's last finished level
 CONSTRAINTS = "constraints"  # user attr: SLO terms as value - limit (<= 0 is feasible)
@@ -32,7 +32,13 @@ class Role(enum.StrEnum):
 
     DEFAULT = "default"
     RULE_OF_THUMB = "rule_of_thumb"
+    SWEEP = "sweep"  # a coarse budget sweep queued first: capacity is ~unimodal in the budget
     SEARCH = "search"
+
+    @property
+    def is_reference(self) -> bool:
+        """Reference configs run to the end; the report compares against their capacity."""
+        return self in (Role.DEFAULT, Role.RULE_OF_THUMB)
 
 
 class SamplerName(enum.StrEnum):
@@ -86,8 +92,13 @@ def make_sampler(
             import scipy  # noqa: F401  GPSampler optimises its acquisition with scipy
         except ImportError:
             raise TuneError("--sampler gp needs scipy; pip install scipy, or use tpe") from None
+        # The threshold fraction is conditional, which GP samples independently; say so once
+        # in docs/tuner.md rather than on every trial.
         return optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=n_startup_trials, constraints_func=cf
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            constraints_func=cf,
+            warn_independent_sampling=False,
         )
     # multivariate + group model the conditional threshold dimension jointly with the budget;
     # constant_liar keeps parallel workers from proposing the same point.
@@ -123,7 +134,7 @@ class CapacityPruner(BasePruner):
     """
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if trial.user_attrs.get(ROLE, Role.SEARCH.value) != Role.SEARCH.value:
+        if Role(trial.user_attrs.get(ROLE, Role.SEARCH.value)).is_reference:
             return False
         step = trial.last_step
         if step is None:

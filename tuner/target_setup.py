@@ -62,7 +62,7 @@ def _builtin(settings: TuneSettings) -> tuple[Target, TargetFacts]:
     except EngineLiteError as exc:
         raise TuneError(str(exc)) from None
     engine = target.engine
-    device, block_size = _device_and_block(config)
+    device, block_size = _device_and_block(config, engine)
     facts = TargetFacts(
         kind="builtin",
         description=target.description,
@@ -76,19 +76,22 @@ def _builtin(settings: TuneSettings) -> tuple[Target, TargetFacts]:
     return target, facts
 
 
-def _device_and_block(config: EngineConfig) -> tuple[str, int]:
-    """The device and KV block size engine_lite resolves for this config."""
-    from engine_lite.attention import default_block_size, resolve_backend
-    from engine_lite.runner import resolve_device
+def _device_and_block(config: EngineConfig, engine: object) -> tuple[str, int]:
+    """The device engine_lite runs on and its KV block size.
 
-    device = resolve_device(config.device)
-    backend = resolve_backend(config.attention_backend, device)
-    name = str(device)
-    if device.type == "cuda":
-        import torch
+    The block size comes from the engine when it exposes one; else the config's, else 16
+    (engine_lite's PyTorch backend and vLLM's GPU default). The budget only rounds to it.
+    """
+    import torch
 
-        name = f"{device} ({torch.cuda.get_device_name(device)})"
-    return name, config.block_size or default_block_size(backend)
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    name = device
+    if device.startswith("cuda"):
+        name = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    block = getattr(engine, "block_size", None) or config.block_size or VLLM_BLOCK_SIZE
+    return name, int(block)
 
 
 def _launch(

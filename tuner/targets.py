@@ -120,11 +120,16 @@ class LaunchTarget:
         self.endpoint = endpoint
         self.prometheus = prometheus
         self._server: LaunchedServer | None = None
+        self._knobs: dict[str, Any] = {}
         self._target = HttpTarget(url, model, endpoint=endpoint)
         self.description = f"launched: {spec.template}"
 
     async def apply(self, knobs: dict[str, Any]) -> None:
+        if self._server is not None and knobs == self._knobs:
+            self._server.check_alive()
+            return  # same config as the running server: no restart
         await self.close()
+        self._knobs = dict(knobs)
         self._launches += 1
         log = self.log_dir / f"server-{self._launches:03d}.log" if self.log_dir else None
         self._server = LaunchedServer(

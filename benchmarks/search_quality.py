@@ -1,0 +1,292 @@
+"""How good is tune's search? Against an exhaustive grid, random search and the manual procedure.
+
+On the CPU default (tiny, mixed, tpot_p99=30ms), in one run on one engine:
+  (a) grid    every config of a discretised space, each with a full capacity search (vLLM's
+              benchmarks/auto_tune approach: no pruning);
+  (b) random  tune's own pipeline with Optuna's RandomSampler and the same trial count as ours;
+  (c) manual  start at the table value (4096 for chat); halve the budget while TPOT p99 misses,
+              double it while TTFT p99 misses (or the queue grows); keep the best;
+  ours        `tune` as shipped (TPE), with its default time budget;
+for each of --seeds seeds. Then every recommended config (and the grid's best) is re-measured
+--eval-repeats times, interleaved, so all methods are judged by the same fresh measurements
+rather than by their own lucky draws. Prints one JSON object; also writes it to --out.
+
+    python benchmarks/search_quality.py --seeds 3 --out results/search_quality.json
+
+The sampler question (TPE, GP, random) is also answered on the grid's measured landscape by
+simulation: each sampler proposes configs, the nearest grid config's measured capacity is the
+answer, many seeds, same trial budget (`simulate` in the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from engine_lite import EngineConfig, Policy
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.measure import MIN_SERVED_FRACTION, LevelSettings, find_capacity
+from tuner.ratesearch import RateSearchSettings
+from tuner.rules import Scenario
+from tuner.run import enqueue_starting_configs, run_tune
+from tuner.settings import TuneSettings
+from tuner.space import build_space
+from tuner.study import CapacityPruner, SamplerName, best_capacity, make_sampler
+from tuner.targets import BuiltinTarget
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SLO_TEXT = "tpot_p99=30ms"
+GRID_BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+GRID_THRESHOLD_FRACTIONS = (0.0, 0.25)  # off, or a quarter of the budget
+GRID_POLICIES = (Policy.DECODE_FIRST, Policy.PREFILL_FIRST)
+GRID_PARTIALS = (1, 2)
+TABLE_BUDGET = 4096  # the rule of thumb for chat traffic
+
+
+def grid_configs(budgets: tuple[int, ...] = GRID_BUDGETS) -> list[dict[str, Any]]:
+    base = EngineConfig().scheduler_knobs()
+    out = []
+    for budget, frac, policy, partial in itertools.product(
+        budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES, GRID_PARTIALS
+    ):
+        out.append({**base, "max_num_batched_tokens": budget, "policy": policy,
+                    "long_prefill_token_threshold": int(budget * frac),
+                    "max_num_partial_prefills": partial,
+                    "max_long_partial_prefills": 1})  # fmt: skip
+    return out
+
+
+class Bench:
+    """One engine, one request list, one SLO for every method."""
+
+    def __init__(self, num_requests: int, start_rps: float) -> None:
+        self.target = BuiltinTarget(EngineConfig())
+        engine = self.target.engine
+        self.workload = build_workload("mixed", num_requests=num_requests, seed=0,
+                                       max_model_len=engine.max_model_len,
+                                       vocab_size=engine.vocab_size)  # fmt: skip
+        self.slo = parse_slo(SLO_TEXT)
+        self.level = LevelSettings(require_schedule=False)
+        self.start_rps = start_rps
+
+    async def capacity(self, knobs: dict[str, Any], start: float | None = None) -> dict:
+        await self.target.apply(knobs)
+        search = RateSearchSettings(start_rps=start or self.start_rps, rel_tol=0.1,
+                                    min_rps=self.start_rps / 8)  # fmt: skip
+        result = await find_capacity(self.target, self.workload.requests, self.slo, search,
+                                     self.level)  # fmt: skip
+        failing = [lv for lv in result.levels if not lv.passed]
+        first_fail = min(failing, key=lambda lv: lv.rate_rps) if failing else None
+        return {
+            "config": _jsonable(knobs),
+            "capacity_rps": result.capacity_rps,
+            "levels": len(result.levels),
+            "measure_s": sum(lv.wall_s for lv in result.levels),
+            "fail_reason": _reason(first_fail) if first_fail else None,
+        }
+
+
+def _reason(level: Any) -> str:
+    return "queue" if level.served_fraction < MIN_SERVED_FRACTION else level.binding
+
+
+def _jsonable(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {k: getattr(v, "value", v) for k, v in knobs.items()}
+
+
+async def run_grid(bench: Bench, budgets: tuple[int, ...]) -> list[dict]:
+    out = []
+    configs = grid_configs(budgets)
+    for i, knobs in enumerate(configs):
+        res = await bench.capacity(knobs)
+        out.append(res)
+        print(f"grid {i + 1}/{len(configs)}: {res['capacity_rps']:.2f} req/s "
+              f"{res['config']}", flush=True)  # fmt: skip
+    return out
+
+
+async def run_manual(bench: Bench) -> dict:
+    """The table value, then halve on TPOT misses and double on TTFT misses or queueing."""
+    base = EngineConfig().scheduler_knobs()
+    budget, tried, best, measure_s = TABLE_BUDGET, {}, None, 0.0
+    while budget not in tried and GRID_BUDGETS[0] <= budget <= GRID_BUDGETS[-1]:
+        res = await bench.capacity({**base, "max_num_batched_tokens": budget})
+        tried[budget] = res
+        measure_s += res["measure_s"]
+        if best is not None and res["capacity_rps"] <= best["capacity_rps"]:
+            break  # worse than the last step: an engineer stops here
+        best = res
+        reason = res["fail_reason"]
+        budget = budget // 2 if reason and reason.startswith("tpot") else budget * 2
+    assert best is not None
+    return {**best, "measure_s": measure_s, "tried": sorted(tried)}
+
+
+async def run_tuner(sampler: str, seed: int, trials: int, budget_s: float, run_dir: Path,
+                    num_requests: int) -> dict:  # fmt: skip
+    settings = TuneSettings(slo=SLO_TEXT, sampler=sampler, seed=seed, trials=trials,
+                            time_budget_s=budget_s, run_dir=str(run_dir),
+                            num_requests=num_requests)  # fmt: skip
+    start = time.monotonic()
+    rec = await run_tune(settings, quiet=True)
+    wall = time.monotonic() - start
+    best = rec.get("best") or {}
+    return {
+        "config": best.get("config"),
+        "capacity_rps": best.get("capacity_rps", 0.0),
+        "trials": rec["search"]["trials_finished"],
+        "measure_s": wall,
+        "default_capacity_rps": (rec.get("default") or {}).get("capacity_rps"),
+        "run_dir": str(run_dir),
+    }
+
+
+async def evaluate(bench: Bench, configs: dict[str, dict], repeats: int) -> dict[str, list]:
+    """Fresh capacity measurements of each config, interleaved round-robin."""
+    out: dict[str, list] = {name: [] for name in configs}
+    for _ in range(repeats):
+        for name, cfg in configs.items():
+            knobs = {**cfg["config"], "policy": Policy(cfg["config"]["policy"])}
+            res = await bench.capacity(knobs, start=cfg.get("capacity_rps") or None)
+            out[name].append(res["capacity_rps"])
+            print(f"eval {name}: {res['capacity_rps']:.2f}", flush=True)
+    return out
+
+
+def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
+    """Samplers on the grid's measured landscape: best capacity found within `trials`."""
+    table = {_key(g["config"]): g["capacity_rps"] for g in grid}
+    budgets = sorted({g["config"]["max_num_batched_tokens"] for g in grid})
+    space = build_space(block_size=16, max_model_len=8192, longest_prompt=7168,
+                        params={}, fixed={})  # fmt: skip
+
+    result = {}
+    for name in (SamplerName.TPE, SamplerName.GP, SamplerName.RANDOM):
+        bests = []
+        for seed in range(seeds):
+            study = optuna.create_study(direction="maximize", pruner=CapacityPruner(),
+                                        sampler=make_sampler(name, seed, 5))  # fmt: skip
+            enqueue_starting_configs(study, space, Scenario.CHAT)
+            for _ in range(trials):
+                trial = study.ask()
+                capacity = table.get(_key(_snap(space.suggest(trial), budgets)), 0.0)
+                best = best_capacity(study)
+                if best > 0 and capacity < best:  # as in tune: fails at the best rate, pruned
+                    trial.report(best, 0)
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                else:
+                    study.tell(trial, capacity)
+            bests.append(study.best_value)
+        grid_best = max(table.values())
+        result[name.value] = {
+            "median_best_frac_of_grid": statistics.median(b / grid_best for b in bests),
+            "p10_best_frac_of_grid": sorted(b / grid_best for b in bests)[len(bests) // 10],
+        }
+    return result
+
+
+def _snap(knobs: dict[str, Any], budgets: list[int]) -> dict[str, Any]:
+    budget = min(budgets, key=lambda b: abs(b - knobs["max_num_batched_tokens"]) / b)
+    frac = knobs["long_prefill_token_threshold"] / knobs["max_num_batched_tokens"]
+    frac = min(GRID_THRESHOLD_FRACTIONS, key=lambda f: abs(f - frac))
+    partial = min(GRID_PARTIALS, key=lambda p: abs(p - knobs["max_num_partial_prefills"]))
+    return {"max_num_batched_tokens": budget, "long_prefill_token_threshold": int(budget * frac),
+            "policy": knobs["policy"], "max_num_partial_prefills": partial}  # fmt: skip
+
+
+def _key(knobs: dict[str, Any]) -> tuple:
+    return (knobs["max_num_batched_tokens"], knobs["long_prefill_token_threshold"],
+            str(getattr(knobs["policy"], "value", knobs["policy"])),
+            knobs["max_num_partial_prefills"])  # fmt: skip
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out_dir = Path(args.out).with_suffix("")
+    state: dict[str, Any] = json.loads(Path(args.out).read_text()) if args.resume else {}
+    save = lambda: Path(args.out).write_text(json.dumps(state, indent=2))
+    for seed in range(args.seeds):  # ours first: its trial count sets random's budget
+        key = f"ours-{seed}"
+        if key not in state:
+            state[key] = await run_tuner("tpe", seed, 100, args.time_budget_s,
+                                         out_dir / key, args.num_requests)  # fmt: skip
+            save()
+        key = f"random-{seed}"
+        if key not in state:
+            trials = state[f"ours-{seed}"]["trials"]
+            state[key] = await run_tuner("random", seed, trials, 24 * 3600,
+                                         out_dir / key, args.num_requests)  # fmt: skip
+            save()
+    bench = Bench(args.num_requests, args.grid_start_rps)
+    try:
+        if "grid" not in state:
+            state["grid"] = await run_grid(bench, tuple(args.grid_budgets))
+            save()
+        for seed in range(args.seeds):
+            if f"manual-{seed}" not in state:
+                state[f"manual-{seed}"] = await run_manual(bench)
+                save()
+        grid_best = max(state["grid"], key=lambda g: g["capacity_rps"])
+        kinds = ("ours", "random", "manual")
+        methods = {k: v for k, v in state.items() if k.split("-")[0] in kinds and v.get("config")}
+        if "eval" not in state:
+            state["eval"] = await evaluate(bench, {"grid-best": grid_best, **methods},
+                                           args.eval_repeats)  # fmt: skip
+            save()
+    finally:
+        await bench.target.close()
+    state["summary"] = summarize(state, args.seeds)
+    trials = statistics.median(state[f"ours-{s}"]["trials"] for s in range(args.seeds))
+    state["simulate"] = simulate(state["grid"], int(trials), args.sim_seeds)
+    save()
+    return state
+
+
+def summarize(state: dict[str, Any], seeds: int) -> dict[str, Any]:
+    ev = {k: statistics.median(v) for k, v in state["eval"].items()}
+    grid_best = ev["grid-best"]
+    grid_time = sum(g["measure_s"] for g in state["grid"])
+    per = {m: [ev[f"{m}-{s}"] for s in range(seeds)] for m in ("ours", "random", "manual")}
+    ours_time = [state[f"ours-{s}"]["measure_s"] for s in range(seeds)]
+    return {
+        "grid_best_rps": grid_best,
+        "grid_configs": len(state["grid"]),
+        "grid_measure_s": grid_time,
+        "ours_rps": per["ours"],
+        "ours_frac_of_grid": [x / grid_best for x in per["ours"]],
+        "ours_time_frac_of_grid": [t / grid_time for t in ours_time],
+        "random_rps": per["random"],
+        "manual_rps": per["manual"],
+        "median_random_rps": statistics.median(per["random"]),
+        "median_manual_rps": statistics.median(per["manual"]),
+        "median_ours_rps": statistics.median(per["ours"]),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--num-requests", type=int, default=40)
+    p.add_argument("--time-budget-s", type=float, default=540.0, help="ours, per seed")
+    p.add_argument("--grid-start-rps", type=float, default=4.0)
+    p.add_argument("--grid-budgets", type=int, nargs="+", default=list(GRID_BUDGETS))
+    p.add_argument("--eval-repeats", type=int, default=2)
+    p.add_argument("--sim-seeds", type=int, default=50)
+    p.add_argument("--out", default="results/search_quality.json")
+    p.add_argument("--resume", action="store_true", help="keep phases already in --out")
+    args = p.parse_args()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    state = asyncio.run(main_async(args))
+    print(json.dumps({"summary": state["summary"], "simulate": state["simulate"]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
