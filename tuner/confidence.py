@@ -25,9 +25,12 @@ from slo import (
     metric_samples,
     stat_value,
 )
+from tuner.keepup import MIN_SERVED_FRACTION, served_fraction
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_BOOTSTRAP = 1000
+# Each capacity resample re-judges every level; 400 keep the 2.5% tails at 10 draws each.
+CAPACITY_BOOTSTRAP = 400
 
 
 @dataclass(frozen=True)
@@ -107,36 +110,48 @@ def capacity_interval(
     levels: Sequence[tuple[float, Sequence[Any]]],
     slo: SLO,
     max_error_rate: float,
+    min_served: float = MIN_SERVED_FRACTION,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_BOOTSTRAP,
+    n_boot: int = CAPACITY_BOOTSTRAP,
     seed: int = 0,
 ) -> Interval:
     """Capacity from measured levels (rate, records), resampling each level's requests.
 
-    Levels at the same rate are pooled. In each resample a level passes when every term holds
-    and errors stay under `max_error_rate`; capacity is the highest passing rate below the
-    lowest failing one, the same rule as the rate search. The interval's resolution is that of
-    the measured rates.
+    In each resample a rate passes when every term holds over its pooled runs, errors stay
+    under `max_error_rate` and the runs kept up (mean served fraction >= `min_served`, each
+    run on its own clock); capacity is the highest passing rate below the lowest failing one,
+    the rate search's rule. The interval's resolution is that of the measured rates.
     """
-    pooled: dict[float, list[Any]] = {}
+    runs: dict[float, list[list[Any]]] = {}
     for rate, recs in levels:
-        pooled.setdefault(rate, []).extend(recs)
-    rates = sorted(pooled)
-    samples = [_Samples(measured_latencies(pooled[r])) for r in rates]
+        runs.setdefault(rate, []).append([r for r in recs if not getattr(r, "warmup", False)])
+    rates = sorted(runs)
     rng = np.random.default_rng(seed)
 
     def capacity(draw: bool) -> float:
         passed = []
-        for s in samples:
-            n = len(s.lats)
-            idx = rng.integers(0, n, size=n) if draw and n else None
-            passed.append(_level_passes(s, idx, slo, max_error_rate))
+        for rate in rates:
+            chosen = [_draw(run, rng) if draw else run for run in runs[rate]]
+            passed.append(_rate_passes(chosen, slo, max_error_rate, min_served))
         return _envelope(rates, passed)
 
     point = capacity(draw=False)
     boots = np.array([capacity(draw=True) for _ in range(n_boot)])
     low, high = _quantiles(boots, confidence)
     return Interval(point, low, high)
+
+
+def _draw(run: list[Any], rng: np.random.Generator) -> list[Any]:
+    return [run[i] for i in rng.integers(0, len(run), size=len(run))] if run else run
+
+
+def _rate_passes(runs: list[list[Any]], slo: SLO, max_error_rate: float, min_served: float) -> bool:
+    pooled = [r for run in runs for r in run]
+    if not pooled:
+        return False
+    served = float(np.mean([served_fraction(run) for run in runs]))
+    samples = _Samples(measured_latencies(pooled))
+    return served >= min_served and _level_passes(samples, None, slo, max_error_rate)
 
 
 def goodput_interval(

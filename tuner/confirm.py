@@ -26,6 +26,7 @@ from tuner.confidence import (
     goodput_interval,
     term_intervals,
 )
+from tuner.keepup import served_fraction
 from tuner.measure import LevelSettings, measure_level
 from tuner.objective import CAPACITY, KNOBS, Mode
 from tuner.runfiles import RunFiles, levels_with_records
@@ -48,6 +49,7 @@ class Candidate:
     capacity_ci: Interval | None = None
     goodput_ci: Interval | None = None
     error_rate: float = 0.0
+    served_fraction: float = 1.0
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
     @property
@@ -65,6 +67,7 @@ class Candidate:
             "confirmed_rps": self.confirmed_rps,
             "clears": self.clears,
             "error_rate": self.error_rate,
+            "served_fraction": self.served_fraction,
             "capacity_ci": self.capacity_ci.as_dict() if self.capacity_ci else None,
             "goodput_ci": self.goodput_ci.as_dict() if self.goodput_ci else None,
             "terms": [_term_dict(t) for t in self.terms],
@@ -151,10 +154,9 @@ class Confirmer:
         """Intervals from measured levels (no new measurement)."""
         at_rate = [r for lv_rate, recs in levels if lv_rate == rate for r in recs]
         terms = term_intervals(at_rate, self.slo, seed=self.seed)
-        errors = sum(not r.success for r in at_rate if not r.warmup)
-        measured = sum(not r.warmup for r in at_rate)
-        error_rate = errors / measured if measured else 1.0
-        confirmed = self._confirmed_rate(levels, rate, terms, error_rate)
+        error_rate = _error_rate(at_rate)
+        served = _served(levels, rate)
+        confirmed = self._confirmed_rate(levels, rate, terms, error_rate, served)
         cand = Candidate(
             trial=trial.number,
             role=trial.user_attrs.get(ROLE, Role.SEARCH.value),
@@ -165,13 +167,16 @@ class Confirmer:
             repeats=repeats,
             confirmed_rps=confirmed,
             error_rate=error_rate,
+            served_fraction=served,
             records=at_rate,
         )
         if self.mode is Mode.GOODPUT:
             cand.goodput_ci = goodput_interval(at_rate, self.slo, seed=self.seed)
         else:
             max_err = self.level_settings.max_error_rate
-            cand.capacity_ci = capacity_interval(levels, self.slo, max_err, seed=self.seed)
+            cand.capacity_ci = capacity_interval(
+                levels, self.slo, max_err, self.level_settings.min_served_fraction, seed=self.seed
+            )
         return cand
 
     def _rate(self, trial: FrozenTrial) -> float:
@@ -186,9 +191,9 @@ class Confirmer:
         rate: float,
         terms: list[TermInterval],
         error_rate: float,
+        served: float,
     ) -> float:
-        ok_errors = error_rate < self.level_settings.max_error_rate
-        if all(t.clears for t in terms) and ok_errors:
+        if self._holds(terms, error_rate, served):
             return rate
         if self.mode is Mode.GOODPUT:
             return 0.0
@@ -196,10 +201,26 @@ class Confirmer:
         for lower in sorted({r for r, _ in levels if r < rate}, reverse=True):
             recs = [x for r, rs in levels if r == lower for x in rs]
             lower_terms = term_intervals(recs, self.slo, seed=self.seed)
-            failed = sum(not x.success for x in recs) / max(1, len(recs))
-            if all(t.clears for t in lower_terms) and failed < self.level_settings.max_error_rate:
+            if self._holds(lower_terms, _error_rate(recs), _served(levels, lower)):
                 return lower
         return 0.0
+
+    def _holds(self, terms: list[TermInterval], error_rate: float, served: float) -> bool:
+        settings = self.level_settings
+        # vLLM's goodput at a fixed rate already pays for a queue; capacity needs the rule.
+        kept_up = self.mode is Mode.GOODPUT or served >= settings.min_served_fraction
+        return all(t.clears for t in terms) and error_rate < settings.max_error_rate and kept_up
+
+
+def _error_rate(records: list[RequestRecord]) -> float:
+    measured = [r for r in records if not r.warmup]
+    return sum(not r.success for r in measured) / len(measured) if measured else 1.0
+
+
+def _served(levels: list[tuple[float, list[RequestRecord]]], rate: float) -> float:
+    """Mean served fraction of the runs at this rate (each run on its own clock)."""
+    runs = [recs for r, recs in levels if r == rate]
+    return sum(served_fraction(run) for run in runs) / len(runs) if runs else 0.0
 
 
 def choose(candidates: list[Candidate]) -> Candidate | None:

@@ -5,16 +5,22 @@ import numpy as np
 from loadgen.records import RequestRecord
 from slo import parse_slo
 from tuner.confidence import capacity_interval, goodput_interval, term_intervals
+from tuner.keepup import served_fraction
 
 
-def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0):
-    """Requests of 20 tokens, one chunk per token, whose TPOT is lognormal around `tpot_s`."""
+def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0, service_s=0.0):
+    """Requests of 20 tokens, one chunk per token, whose TPOT is lognormal around `tpot_s`.
+
+    Arrivals are 0.1 s apart; `service_s` > 0.1 makes a server that starts one request every
+    `service_s`, so its queue grows and it falls behind.
+    """
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         sent = start + i * 0.1
         gap = tpot_s * rng.lognormal(0.0, spread)
-        times = [sent + 0.05 + k * gap for k in range(20)]
+        first = max(sent, start + i * service_s) + 0.05
+        times = [first + k * gap for k in range(20)]
         rec = RequestRecord(
             i,
             "short",
@@ -62,6 +68,9 @@ def test_capacity_interval_follows_the_levels():
     ]
     interval = capacity_interval(levels, SLO, max_error_rate=0.01, n_boot=200)
     assert interval.point == 2.0 and interval.low >= 1.0 and interval.high == 2.0
+    # A server that falls behind at 4 req/s caps capacity even with fast tokens.
+    behind = [(2.0, records(0.010, seed=1)), (4.0, records(0.010, seed=2, service_s=0.2))]
+    assert capacity_interval(behind, SLO, max_error_rate=0.01, n_boot=50).point == 2.0
     # Errors at 2 req/s fail that level however fast the rest were.
     failing = [(1.0, records(0.010)), (2.0, records(0.015, fail=10))]
     assert capacity_interval(failing, SLO, max_error_rate=0.01, n_boot=50).point == 1.0
@@ -72,3 +81,13 @@ def test_goodput_counts_good_requests_per_second():
     duration = max(r.finished_s for r in recs) - min(r.sent_s for r in recs)
     g = goodput_interval(recs, SLO, n_boot=200)
     assert abs(g.point - 100 / duration) < 1e-9 and g.low <= g.point <= g.high
+
+
+def test_served_fraction_is_one_when_keeping_up_and_the_rate_ratio_when_not():
+    assert served_fraction(records(0.010, n=100)) > 0.97
+    assert abs(served_fraction(records(0.010, n=100, service_s=0.2)) - 0.5) < 0.05
+    # Everything at once offers no sustained rate to keep up with.
+    burst = records(0.010, n=20)
+    for r in burst:
+        r.scheduled_s = 0.0
+    assert served_fraction(burst) == 0.0
