@@ -16,7 +16,9 @@ whether the client kept its schedule; medians over repeats. A level is *sustaine
 schedule held, no request was lost, and the ITL error is within 1 ms at p50 and 5 ms at p99
 (a client that falls behind reads chunks together, and ITL p50 collapses towards 0).
 The TTFT error is split into the request path (send stamp to the server's handler: client
-request overhead plus the server's own intake delay) and the first chunk's delivery.
+request overhead plus the server's own intake delay), the first chunk's delivery, and (one
+worker) the client's own share per request: send stamp to request written (aiohttp trace)
+plus the first chunk's delivery; the rest is the network and the server's intake.
 `--pin` puts the server on CPU 1 and the client on CPU 0 (else the OS places them, and other
 work on the machine shares both cores: the load average is printed with every level).
 """
@@ -32,7 +34,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import numpy as np
 
 from loadgen import HttpTarget, RequestSpec, arrival_offsets, replay
@@ -64,6 +68,28 @@ def fetch_truth(url: str, reset: bool = False) -> dict[str, dict[str, object]]:
         return json.loads(resp.read())
 
 
+class TracedTarget(HttpTarget):
+    """Also notes when each request's body has been handed to the socket (benchmark only)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, "scripted")
+        self.body_sent_s: dict[str, float] = {}
+
+    def new_session(self, **extra: Any) -> aiohttp.ClientSession:
+        trace = aiohttp.TraceConfig()
+
+        async def on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
+            ctx.body_sent_s = time.monotonic()  # ctx: one namespace per request
+
+        async def on_end(session: Any, ctx: Any, params: Any) -> None:
+            if "X-Request-Id" in params.headers:  # not the GET /v1/models check
+                self.body_sent_s[params.headers["X-Request-Id"]] = ctx.body_sent_s
+
+        trace.on_request_chunk_sent.append(on_chunk_sent)
+        trace.on_request_end.append(on_end)
+        return super().new_session(trace_configs=[trace], **extra)
+
+
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -79,11 +105,14 @@ async def one_level(
     offsets = arrival_offsets("constant", rate, n)
     fetch_truth(url, reset=True)
     cpu0, server0, load0 = time.process_time(), proc_cpu_s(server_pid), os.getloadavg()[0]
-    res = await replay(HttpTarget(url, "scripted"), specs, offsets, timeout_s=60, workers=workers)
+    target = TracedTarget(url) if workers == 1 else HttpTarget(url, "scripted")
+    res = await replay(target, specs, offsets, timeout_s=60, workers=workers)
     cpu_s = time.process_time() - cpu0  # this process only: meaningful with one worker
     server_s = proc_cpu_s(server_pid) - server0
     truth = fetch_truth(url)
-    row = compare(res, truth) | {"chunk_rate": chunk_rate, "workers": workers, "requests": n}
+    body_sent = target.body_sent_s if isinstance(target, TracedTarget) else {}
+    row = compare(res, truth, body_sent)
+    row |= {"chunk_rate": chunk_rate, "workers": workers, "requests": n}
     chunks = sum(len(r.chunk_times_s) for r in res.records)
     row["client_cpu_us_per_chunk"] = cpu_s / max(1, chunks) * 1e6 if workers == 1 else float("nan")
     row["server_cpu_us_per_chunk"] = server_s / max(1, chunks) * 1e6
@@ -91,8 +120,8 @@ async def one_level(
     return row
 
 
-def compare(res, truth: dict) -> dict:
-    ttft_c, ttft_t, itl_c, itl_t, delay, intake = [], [], [], [], [], []
+def compare(res, truth: dict, body_sent: dict[str, float]) -> dict:
+    ttft_c, ttft_t, itl_c, itl_t, delay, intake, client_ttft = [], [], [], [], [], [], []
     lost = merged = 0
     for rec in res.records:
         t = truth.get(str(rec.index))
@@ -104,6 +133,11 @@ def compare(res, truth: dict) -> dict:
         ttft_c.append(got[0] - rec.sent_s)
         ttft_t.append(sent[0] - t["received_s"])
         intake.append(t["received_s"] - rec.sent_s)
+        if str(rec.index) in body_sent:
+            # The client's own share of this request's TTFT error: stamp to request written,
+            # plus the first chunk's sent-to-read delay. The rest is network and server intake.
+            path = body_sent[str(rec.index)] - rec.sent_s
+            client_ttft.append(path + got[0] - sent[0])
         itl_c.extend(np.diff(got))
         itl_t.extend(np.diff(sent))
         delay.extend(got - sent)
@@ -117,6 +151,7 @@ def compare(res, truth: dict) -> dict:
         out[f"itl_p{q}_err_ms"] = _pct(itl_c, q) - _pct(itl_t, q)
         out[f"delay_p{q}_ms"] = _pct(delay, q)
         out[f"intake_p{q}_ms"] = _pct(intake, q)
+        out[f"client_ttft_err_p{q}_ms"] = _pct(client_ttft, q)
     out["delay_max_ms"] = max(delay) * 1e3 if delay else float("nan")
     out["merged_frac"] = merged / max(1, len(delay))
     out["sustained"] = bool(
@@ -145,7 +180,9 @@ def median_of(runs: list[dict]) -> dict:
 def show(row: dict) -> None:
     print(
         f"{row['chunk_rate']:>7.0f} chunks/s  workers {row['workers']}  "
-        f"TTFT err p50/p99 {row['ttft_p50_err_ms']:+.2f}/{row['ttft_p99_err_ms']:+.2f} ms  "
+        f"TTFT err p50/p99 {row['ttft_p50_err_ms']:+.2f}/{row['ttft_p99_err_ms']:+.2f} ms "
+        f"(client's share per request p50/p99 {row['client_ttft_err_p50_ms']:.2f}/"
+        f"{row['client_ttft_err_p99_ms']:.2f})  "
         f"ITL err p50/p90/p99 {row['itl_p50_err_ms']:+.2f}/{row['itl_p90_err_ms']:+.2f}/"
         f"{row['itl_p99_err_ms']:+.2f} ms  delay p50/p99 {row['delay_p50_ms']:.2f}/"
         f"{row['delay_p99_ms']:.2f} ms  request intake p50/p99 {row['intake_p50_ms']:.2f}/"

@@ -104,23 +104,26 @@ class HttpTarget:
     async def open(self) -> None:
         """Start the session and fail fast, in one line, when the server cannot be reached."""
         if self._session is None:
-            # No connection cap: an open-loop replay must never queue behind a pool limit.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                read_bufsize=READ_BUFSIZE,
-                # Less work between the send stamp and the request leaving: no cookies to
-                # store or send, and the URL parsed once (below) instead of per request.
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=self.config.connect_timeout_s
-                ),
-            )
+            self._session = self.new_session()
         try:
             await self.server_info()
-        except LoadgenError:
+        except BaseException:
             await self.close()
             raise
+
+    def new_session(self, **extra: Any) -> aiohttp.ClientSession:
+        """The one session of a replay (`extra` goes to `ClientSession`, e.g. trace_configs)."""
+        # No connection cap: an open-loop replay must never queue behind a pool limit.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        return aiohttp.ClientSession(
+            connector=connector,
+            read_bufsize=READ_BUFSIZE,
+            # Less work between the send stamp and the request leaving: no cookies to store
+            # or send, and the URL parsed once (in __init__) instead of per request.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s),
+            **extra,
+        )
 
     async def server_info(self) -> dict[str, Any]:
         """The first model card of `GET /v1/models` ({} if the server has none to show)."""
