@@ -197,6 +197,8 @@ def print_summary(rec: dict[str, Any]) -> None:
         console.print(f"  SGLang: {rec['flags']['sglang']}", soft_wrap=True)
         for note in rec["flags"]["notes"]:
             console.print(f"  note: {note}", soft_wrap=True)
+    if rec.get("best"):
+        console.print(f"  limited by: {rec['best']['limited_by']}", soft_wrap=True)
     thumb = rec.get("rule_of_thumb")
     if thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
         console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "

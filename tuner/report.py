@@ -9,6 +9,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.flags import flag_notes, sglang_flags, vllm_flags
+from tuner.keepup import MIN_SERVED_FRACTION
+from tuner.measure import MAX_ERROR_RATE
 from tuner.objective import CAPACITY, KNOBS, OUTCOME, UPPER
 from tuner.rules import RULE_OF_THUMB_TEXT, Scenario
 from tuner.runfiles import RunFiles, clean_json, trial_levels
@@ -128,6 +130,7 @@ def _config_entry(trial: FrozenTrial, candidate: dict[str, Any] | None) -> dict[
         "confirmed": False,
     }
     level = _level_at(levels, trial.user_attrs.get(CAPACITY)) or (levels[0] if levels else {})
+    entry["limited_by"] = limited_by(levels, trial.user_attrs.get(CAPACITY) or 0.0)
     entry["rate_rps"] = level.get("rate_rps")
     entry["terms"] = _level_terms(level)
     entry["binding"] = level.get("binding")
@@ -143,6 +146,26 @@ def _config_entry(trial: FrozenTrial, candidate: dict[str, Any] | None) -> dict[
         )
         entry["binding"] = min(candidate["terms"], key=lambda t: t["margin"])["metric"]
     return entry
+
+
+def limited_by(levels: list[dict[str, Any]], capacity_rps: float) -> str:
+    """What failed at the lowest failing rate above the capacity, in words."""
+    failing = [lv for lv in levels if not lv.get("passed") and lv.get("rate_rps", 0) > capacity_rps]
+    if not failing:
+        return "not reached: the search stopped before any rate failed"
+    lv = min(failing, key=lambda x: x["rate_rps"])
+    rate = f"{lv['rate_rps']:.2f} req/s"
+    if (lv.get("error_rate") or 0.0) >= MAX_ERROR_RATE:
+        return f"errors: {lv['error_rate']:.0%} of requests failed at {rate}"
+    if not lv.get("slo_met", True):
+        metric = lv.get("binding")
+        value = lv.get(f"slo_{metric}_s")
+        shown = f" {value * 1e3:.1f} ms" if value is not None else ""
+        return f"{metric}{shown} over its limit at {rate}"
+    served = lv.get("served_fraction")
+    if served is not None and served < MIN_SERVED_FRACTION:
+        return f"queue: completions kept pace with only {served:.1%} of arrivals at {rate}"
+    return f"the load generator fell behind its schedule at {rate}"
 
 
 def _level_at(levels: list[dict[str, Any]], rate: float | None) -> dict[str, Any] | None:

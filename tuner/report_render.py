@@ -86,8 +86,21 @@ def report_figures(rec: dict[str, Any], study: optuna.Study) -> dict[str, bytes]
 # ---- Markdown -------------------------------------------------------------------------------
 
 
+def bought_line(rec: dict[str, Any]) -> str | None:
+    """What measuring bought over the table's value, when both were measured."""
+    thumb, ratio = rec.get("rule_of_thumb"), rec.get("ratio_vs_rule_of_thumb")
+    if not thumb or ratio is None:
+        return None
+    same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
+    return (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} req/s"
+            f"{same}; the measured config serves {ratio:.2f}x that. "
+            f"{rec['best']['limited_by'].capitalize()} limits the recommended config.")  # fmt: skip
+
+
 def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
     lines = [f"# Recommendation for {rec['slo']}", "", f"**{rec['summary']}**", ""]
+    if bought := bought_line(rec):
+        lines += [bought, ""]
     if rec.get("flags"):
         lines += ["## Flags", "", "vLLM:", "", "```", f"vllm serve MODEL {rec['flags']['vllm']}",
                   "```", "", "SGLang:", "", "```",
@@ -115,7 +128,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["", "config", "capacity", "interval", "binding term", "vs default"]
+    header = ["", "config", "capacity", "interval", "limited by", "tightest term", "vs default"]
     rows = []
     default_cap = (rec.get("default") or {}).get("capacity_rps")
     for label, key in (("recommended", "best"), ("vLLM default", "default"),
@@ -128,7 +141,7 @@ def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cap = e.get("capacity_rps") or 0.0
         ratio = f"{cap / default_cap:.2f}x" if default_cap else "-"
         rows.append([label, _short(e["config"]), f"{cap:.2f} req/s", _interval(e),
-                     _binding(e), ratio])  # fmt: skip
+                     e.get("limited_by", "-"), _binding(e), ratio])  # fmt: skip
     return header, rows
 
 
@@ -226,7 +239,8 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.2em;margin-top:1.8em;
 border-bottom:1px solid #ddd;padding-bottom:.2em}
 .summary{font-size:1.1em;background:#f3f8f3;border-left:4px solid #2ca02c;padding:.6em 1em}
 .infeasible{background:#fbf1f1;border-left-color:#d62728}
-pre{background:#f6f6f6;padding:.7em;overflow-x:auto;border-radius:4px}
+pre{background:#f6f6f6;padding:.7em;white-space:pre-wrap;word-break:break-word;
+border-radius:4px}
 table{border-collapse:collapse;font-size:.9em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f4f4f4} img{max-width:100%;margin:.5em 0} .note{color:#666;font-size:.9em}
@@ -240,6 +254,8 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
              f"</title><style>{_CSS}</style></head><body>",
              f"<h1>Recommendation for {e(str(rec['slo']))}</h1>",
              f"<p class='{css_class}'>{e(rec['summary'])}</p>"]  # fmt: skip
+    if bought := bought_line(rec):
+        parts.append(f"<p>{e(bought)}</p>")
     if rec.get("flags"):
         flags = rec["flags"]
         parts += ["<h2>Flags</h2>", "<p>vLLM</p>",
