@@ -37,9 +37,10 @@ from slo import parse_slo
 from tuner.measure import MIN_SERVED_FRACTION, LevelSettings, find_capacity
 from tuner.ratesearch import RateSearchSettings
 from tuner.rules import Scenario
-from tuner.run import enqueue_starting_configs, run_tune
+from tuner.run import run_tune
 from tuner.settings import TuneSettings
 from tuner.space import build_space
+from tuner.starting import enqueue_starting_configs
 from tuner.study import CapacityPruner, SamplerName, best_capacity, make_sampler
 from tuner.targets import BuiltinTarget
 

@@ -22,7 +22,7 @@ from tuner.objective import CAPACITY, KNOBS, Mode, Objective
 from tuner.progress import RunStatus, StatusSink, make_display
 from tuner.ratesearch import RateSearchSettings
 from tuner.report import build_recommendation, write_reports
-from tuner.rules import Scenario, rule_of_thumb_knobs, scenario_for
+from tuner.rules import Scenario, scenario_for
 from tuner.runfiles import (
     CONFIRMATION_FILE,
     RUN_FILE,
@@ -32,13 +32,13 @@ from tuner.runfiles import (
 )
 from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
 from tuner.settings import START_FRACTION_OF_BURST, TuneSettings
-from tuner.space import IntRange, SearchSpace, build_space
+from tuner.space import SearchSpace, build_space
+from tuner.starting import enqueue_starting_configs, reference_configs
 from tuner.study import (
     ROLE,
     CapacityPruner,
     Role,
     SamplerName,
-    has_role,
     make_sampler,
     open_study,
     recover_stale_trials,
@@ -75,6 +75,7 @@ async def run_tune(
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """Run (or resume) a study and write its report; returns the recommendation JSON."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     budget = Budget(settings.time_budget_s, clock)
     slo = _parse_slo(settings.slo)
     files = RunFiles(settings.resolved_run_dir())
@@ -157,54 +158,6 @@ def _space(settings: TuneSettings, facts: TargetFacts, workload: Workload) -> Se
         domains = {k: v for k, v in space.domains.items() if k in allowed}
         space = dataclasses.replace(space, domains=domains)
     return space
-
-
-def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, dict]]:
-    """The default config and the rule of thumb (pins from --fix apply to both)."""
-    base = space.normalise({**space.base, **space.fixed})
-    refs = [(Role.DEFAULT, base)]
-    thumb = space.normalise(rule_of_thumb_knobs(scenario, base))
-    if thumb != base:
-        refs.append((Role.RULE_OF_THUMB, thumb))
-    return refs
-
-
-def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[dict[str, Any]]:
-    """The default config at budgets 4x apart across the searched range.
-
-    Capacity is roughly unimodal in the budget, so a coarse sweep along it is the most
-    informative start the sampler can get; each point that loses is pruned after one level.
-    """
-    domain = space.domains.get("max_num_batched_tokens")
-    if not isinstance(domain, IntRange):
-        return []
-    base = space.normalise({**space.base, **space.fixed})
-    taken = {k["max_num_batched_tokens"] for _, k in reference_configs(space, scenario)}
-    out, budget = [], domain.low
-    while budget <= domain.high:
-        knobs = space.normalise({**base, "max_num_batched_tokens": budget})
-        if knobs["max_num_batched_tokens"] not in taken:
-            out.append(knobs)
-        budget *= 4
-    return out
-
-
-def enqueue_starting_configs(
-    study: optuna.Study, space: SearchSpace, scenario: Scenario
-) -> list[str]:
-    """Queue the references and the budget sweep once per study; notes on what was skipped."""
-    notes = []
-    queued = reference_configs(space, scenario)
-    if not has_role(study, Role.SWEEP):
-        queued += [(Role.SWEEP, knobs) for knobs in sweep_configs(space, scenario)]
-    for role, knobs in queued:
-        if role.is_reference and has_role(study, role):
-            continue
-        if not space.contains(knobs):
-            notes.append(f"the {role.value} config lies outside the searched space; not measured")
-            continue
-        study.enqueue_trial(space.to_params(knobs), user_attrs={ROLE: role.value})
-    return notes
 
 
 async def _search(ctx: RunContext, budget: Budget, display: StatusSink) -> SearchLog:

@@ -121,6 +121,15 @@ class SearchSpace:
                     return False
         return True
 
+    def expressible(self, knobs: dict[str, Any]) -> bool:
+        """Can a trial of this space run `knobs`? Out-of-range integers can be enqueued (Optuna
+        takes them as they are); a value missing from a list of choices cannot."""
+        return all(
+            knobs[name] in domain.values
+            for name, domain in self.domains.items()
+            if isinstance(domain, Choices)
+        )
+
     def normalise(self, knobs: dict[str, Any]) -> dict[str, Any]:
         """Apply the rules that tie knobs together, as vLLM's SchedulerConfig checks them."""
         out = dict(knobs)

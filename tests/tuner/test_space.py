@@ -115,3 +115,13 @@ def test_same_knob_searched_and_pinned_is_an_error():
         space(
             params=dict([parse_param("policy=decode_first")]), fixed={"policy": Policy.DECODE_FIRST}
         )
+
+
+def test_a_narrowed_integer_range_still_runs_the_default_but_excluded_choices_cannot():
+    sp = space(params=dict([parse_param("max_num_batched_tokens=512..2048")]))
+    default = EngineConfig().scheduler_knobs()
+    assert not sp.contains(default) and sp.expressible(default)
+    with pytest.warns(UserWarning, match="out of the range"):
+        assert sp.suggest(FixedTrial(sp.to_params(default))) == default
+    only_prefill = space(params=dict([parse_param("policy=prefill_first")]))
+    assert not only_prefill.expressible(default)
