@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen import RequestRecord, RequestSpec, arrival_offsets, replay
+from loadgen import InProcessTarget, RequestRecord, RequestSpec, arrival_offsets, replay
 from slo import SLO, Metric, RunMetrics, SLOReport, TermResult, evaluate
 from tuner.keepup import MIN_SERVED_FRACTION, served_fraction
 from tuner.ratesearch import Outcome, RateSearch, RateSearchSettings
@@ -35,8 +35,8 @@ class LevelSettings:
     max_error_rate: float = MAX_ERROR_RATE
     min_served_fraction: float = MIN_SERVED_FRACTION
     # Over HTTP a client that fell behind its schedule also stamps chunks late, so such a
-    # level cannot pass; in process the engine stamps chunks itself and this can be False.
-    require_schedule: bool = True
+    # level cannot pass; in process the engine stamps chunks itself. None: decide by target.
+    require_schedule: bool | None = None
     lag_tolerance_s: float = 0.010  # loadgen's default: p99 loop / send lag allowed
 
 
@@ -152,7 +152,7 @@ async def measure_level(
     served = served_fraction(result.records)
     passed = passed and served >= settings.min_served_fraction
     # A run whose client fell behind its schedule offered less load than asked: not a pass.
-    passed = passed and (result.schedule_ok or not settings.require_schedule)
+    passed = passed and (result.schedule_ok or not _schedule_required(settings, target))
     return LevelResult(
         rate_rps=rate_rps,
         passed=passed,
@@ -170,6 +170,12 @@ async def measure_level(
         server=server,
         records=list(result.records),
     )
+
+
+def _schedule_required(settings: LevelSettings, target: Target) -> bool:
+    if settings.require_schedule is not None:
+        return settings.require_schedule
+    return not isinstance(target.replay_target(), InProcessTarget)
 
 
 LevelHook = Callable[[LevelResult, RateSearch], bool]
