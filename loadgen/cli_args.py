@@ -34,6 +34,17 @@ ENGINE_OTHER_FLAGS = (
 )
 
 
+_ENGINE_HELP = {
+    "max_num_batched_tokens": "token budget of one step",
+    "max_num_seqs": "most running requests",
+    "long_prefill_token_threshold": "most prompt tokens per request per step (0 = off)",
+    "max_num_partial_prefills": "prompts mid-prefill at once",
+    "max_long_partial_prefills": "of those, how many long",
+    "block_size": "tokens per KV block",
+    "num_gpu_blocks_override": "KV cache size in blocks",
+}
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Reports a bad flag as one `error: ...` line and exits 2."""
 
@@ -105,7 +116,7 @@ def build_parser() -> OneLineParser:
     r.add_argument("--no-progress", action="store_true")
     e = p.add_argument_group("engine (--builtin; vLLM flag names, vllm serve defaults)")
     for name in ENGINE_INT_FLAGS:
-        e.add_argument("--" + name.replace("_", "-"), type=int)
+        e.add_argument("--" + name.replace("_", "-"), type=int, help=_ENGINE_HELP.get(name))
     e.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     e.add_argument("--policy", choices=["decode_first", "prefill_first"])
     e.add_argument("--kv-cache-memory-gb", type=float)
