@@ -26,6 +26,7 @@ class PrometheusProbe:
         # level started anchors the counter's increase.
         self.scrape_interval_s = scrape_interval_s
         self._client = PrometheusConnect(url=url, disable_ssl=True)
+        self._preempt_start: float | None = None
 
     def check(self) -> None:
         """Fail fast, in one line, when the server is not there."""
@@ -39,20 +40,20 @@ class PrometheusProbe:
             raise TuneError(f"--prometheus-url {self.url} did not answer /-/healthy; check it")
 
     async def begin(self) -> None:
-        return None
+        self._preempt_start = await self._scalar(f"sum({PREEMPTIONS})")
 
     async def end(self, wall_s: float) -> ServerStats:
         """Preemptions and KV usage over the last `wall_s` seconds (plus one scrape)."""
         # Let the scrape that covers the level's end land first.
         await asyncio.sleep(self.scrape_interval_s)
         window = f"{math.ceil(wall_s + 2 * self.scrape_interval_s)}s"
-        preempt, kv_max, kv_mean = await asyncio.gather(
-            self._scalar(f"sum(increase({PREEMPTIONS}[{window}]))"),
+        preempt_end, kv_max, kv_mean = await asyncio.gather(
+            self._scalar(f"sum({PREEMPTIONS})"),
             self._scalar(f"max(max_over_time({KV_USAGE}[{window}]))"),
             self._scalar(f"avg(avg_over_time({KV_USAGE}[{window}]))"),
         )
         return ServerStats(
-            preemptions=None if preempt is None else round(preempt),
+            preemptions=_counter_delta(self._preempt_start, preempt_end),
             kv_cache_usage_max=kv_max,
             kv_cache_usage_mean=kv_mean,
         )
@@ -66,3 +67,12 @@ class PrometheusProbe:
             return None
         value = float(result[0]["value"][1])
         return None if math.isnan(value) else value
+
+
+def _counter_delta(start: float | None, end: float | None) -> int | None:
+    """A counter's growth over a level; a server restarted since `start` counts from zero."""
+    if end is None:
+        return None
+    if start is None or end < start:
+        return round(end)
+    return round(end - start)
