@@ -13,8 +13,10 @@ from typing import Any
 from tuner.errors import TuneError
 from tuner.rules import Scenario
 from tuner.settings import (
+    DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_NUM_REQUESTS_GPU,
+    DEFAULT_REL_TOL,
     DEFAULT_TIME_BUDGET_S,
     DEFAULT_TRIALS,
     TuneSettings,
@@ -49,8 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--num-requests",
         type=int,
-        help=f"requests per load level (default {DEFAULT_NUM_REQUESTS} on CPU, "
-        f"{DEFAULT_NUM_REQUESTS_GPU} on a GPU)",
+        help=f"size of the seeded request list levels replay a prefix of (default "
+        f"{DEFAULT_NUM_REQUESTS} on CPU, {DEFAULT_NUM_REQUESTS_GPU} on a GPU)",
+    )
+    w.add_argument(
+        "--level-seconds",
+        type=float,
+        default=DEFAULT_LEVEL_S,
+        help=f"seconds of arrivals per load level (default {DEFAULT_LEVEL_S:g}); 0 replays the "
+        "whole list at every level",
     )
     w.add_argument("--workload-seed", type=int, default=0)
     w.add_argument("--arrival", default="poisson", help="poisson, gamma or constant")
@@ -107,14 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--start-rate",
         type=float,
-        help="first load level of the first trial, req/s (default: 60%% of the throughput "
+        help="first load level of the first trial, req/s (default: 80%% of the throughput "
         "measured on a burst of the request list)",
     )
     s.add_argument(
         "--rate-tolerance",
         type=float,
-        default=0.1,
-        help="stop bisecting at this relative bracket width (default 0.1)",
+        default=DEFAULT_REL_TOL,
+        help=f"stop bisecting at this relative bracket width (default {DEFAULT_REL_TOL:g})",
     )
     s.add_argument("--min-rate", type=float, help="lowest rate worth measuring (start/8)")
     s.add_argument("--max-levels", type=int, default=8, help="load levels per trial at most")
@@ -169,6 +178,7 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
         raise TuneError("--slo is required, e.g. tune --slo tpot_p99=30ms")
     return TuneSettings(
         slo=args.slo, workload=args.workload, num_requests=args.num_requests,
+        level_s=args.level_seconds,
         workload_seed=args.workload_seed, arrival=args.arrival, burstiness=args.burstiness,
         model=args.model, device=args.device, dtype=args.dtype,
         kv_cache_memory_gb=args.kv_cache_memory_gb, max_model_len=args.max_model_len,

@@ -42,7 +42,7 @@ class Candidate:
     role: str
     knobs: dict[str, Any]
     value: float  # capacity (req/s) or goodput at --rate, as the search measured it
-    rate_rps: float  # where the intervals were taken
+    rate_rps: float  # where the terms' intervals were taken (the confirmed rate if any)
     terms: list[TermInterval]
     repeats: int
     confirmed_rps: float  # highest measured rate whose every term interval clears (0: none)
@@ -119,6 +119,8 @@ class Confirmer:
     mode: Mode
     rate_rps: float | None = None
     seed: int = 0
+    step_factor: float = 1.1  # the rate search's tolerance
+    max_steps_down: int = 2
 
     async def confirm(
         self,
@@ -127,21 +129,40 @@ class Confirmer:
         repeats: int,
         deadline_s: float | None = None,
     ) -> Candidate:
-        """Repeat the trial's capacity (or --rate) level and build its intervals."""
+        """Repeat the trial's capacity (or --rate) level and build its intervals.
+
+        A capacity sits where the SLO only just held, so a repeat there fails about half the
+        time; then the rate steps down by the search's tolerance (at most `max_steps_down`
+        times) until the pooled intervals clear, rather than calling the config unusable.
+        """
         levels = levels_with_records(self.files, trial)
         rate = self._rate(trial)
-        done = 0
-        for rep in range(1, repeats + 1):
-            if deadline_s is not None and time.monotonic() >= deadline_s:
-                break
-            if done == 0:
+        measured = 0
+
+        async def measure(at_rps: float) -> bool:
+            nonlocal measured
+            if repeats == 0 or (deadline_s is not None and time.monotonic() >= deadline_s):
+                return False
+            if measured == 0:
                 await self.target.apply(knobs)
-            level = await measure_level(self.target, self.requests, rate, self.slo,
+            level = await measure_level(self.target, self.requests, at_rps, self.slo,
                                         self.level_settings)  # fmt: skip
-            self.files.write_records(self.files.confirm_path(trial.number, rep), level.records)
-            levels.append((rate, level.records))
-            done += 1
-        return self.build(trial, knobs, levels, rate, done)
+            measured += 1
+            self.files.write_records(
+                self.files.confirm_path(trial.number, measured, at_rps), level.records
+            )
+            levels.append((at_rps, level.records))
+            return True
+
+        for _ in range(repeats):
+            await measure(rate)
+        cand = self.build(trial, knobs, levels, rate, measured)
+        probe = rate
+        for _ in range(self.max_steps_down if self.mode is Mode.CAPACITY else 0):
+            if cand.clears or not await measure(probe := probe / self.step_factor):
+                break
+            cand = self.build(trial, knobs, levels, rate, measured)
+        return cand
 
     def build(
         self,
@@ -151,12 +172,20 @@ class Confirmer:
         rate: float,
         repeats: int,
     ) -> Candidate:
-        """Intervals from measured levels (no new measurement)."""
+        """Intervals from measured levels (no new measurement).
+
+        The terms shown are those at the confirmed rate when the config confirmed below `rate`.
+        """
         at_rate = [r for lv_rate, recs in levels if lv_rate == rate for r in recs]
         terms = term_intervals(at_rate, self.slo, seed=self.seed)
         error_rate = _error_rate(at_rate)
         served = _served(levels, rate)
         confirmed = self._confirmed_rate(levels, rate, terms, error_rate, served)
+        if 0 < confirmed < rate:
+            rate = confirmed
+            at_rate = [r for lv_rate, recs in levels if lv_rate == rate for r in recs]
+            terms = term_intervals(at_rate, self.slo, seed=self.seed)
+            error_rate, served = _error_rate(at_rate), _served(levels, rate)
         cand = Candidate(
             trial=trial.number,
             role=trial.user_attrs.get(ROLE, Role.SEARCH.value),

@@ -8,31 +8,36 @@ from typing import Any
 
 import numpy as np
 
-# A level also fails when completions fall behind arrivals. TPOT and ITL exclude queueing, so
-# without this a config that starves prefills (a tiny budget, decode first) would "meet" a TPOT
-# SLO at any rate while its queue grows without bound.
+# A level also fails when the server falls behind its arrivals. TPOT and ITL exclude queueing,
+# so without this a config that starves prefills (a tiny budget, decode first) would "meet" a
+# TPOT SLO at any rate while its queue grows without bound.
 MIN_SERVED_FRACTION = 0.85
 
 
 def served_fraction(records: Sequence[Any]) -> float:
-    """How much of the offered rate the server completed: 1 / slope of sorted completion times
-    against sorted arrival times (capped at 1).
+    """Share of the offered rate the server sustained (1.0 when it kept up).
 
-    With the i-th completion matched to the i-th arrival (cumulative departure against arrival
-    curves), a server that keeps up completes requests as fast as they arrive, so the slope is
-    ~1 whatever the latency; an overloaded one completes at its own rate mu < r, so the slope
-    is r / mu. The middle 80% of requests is used, so start-up and drain do not bias it.
+    An overloaded server (arrival rate r above its service rate mu) builds a queue that grows
+    by r - mu per second, so a request arriving t seconds into the run waits t * (r/mu - 1)
+    before its first token. The slope of (first token - scheduled arrival) against the
+    scheduled arrival therefore estimates r/mu - 1, and mu/r = 1 / (1 + slope). Prompt lengths
+    spread the waits but not their trend. Theil-Sen (the median of pairwise slopes) keeps a few
+    long prompts from tilting it. Requests that never produced a token are left out; the error
+    rule judges them.
     """
-    measured = [r for r in records if not r.warmup]
-    arrivals = np.sort([r.scheduled_s for r in measured])
-    done = np.sort([r.finished_s for r in measured if math.isfinite(r.finished_s)])
-    n = min(len(arrivals), len(done))
-    if n < 5:
+    points = [
+        (r.scheduled_s, r.chunk_times_s[0] - r.scheduled_s)
+        for r in records
+        if not r.warmup and r.chunk_times_s and math.isfinite(r.scheduled_s)
+    ]
+    if len(points) < 5:
         return 1.0
-    lo, hi = int(0.1 * n), max(int(0.9 * n), int(0.1 * n) + 2)
-    a, c = arrivals[lo:hi], done[lo:hi]
-    spread = float(np.var(a))
-    if spread <= 0:
-        return 0.0  # everything arrived at once: no sustained rate was offered
-    slope = float(np.mean((a - a.mean()) * (c - c.mean()))) / spread
-    return 1.0 if slope <= 1.0 else 1.0 / slope
+    t = np.array([p[0] for p in points])
+    wait = np.array([p[1] for p in points])
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    keep = dt > 1e-6
+    if not keep.any():
+        return 1.0  # everything arrived at once: a burst has no sustained rate to judge
+    slope = float(np.median((wait[j] - wait[i])[keep] / dt[keep]))
+    return 1.0 / (1.0 + slope) if slope > 0 else 1.0

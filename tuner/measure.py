@@ -6,6 +6,7 @@ a target that is already configured; it knows nothing of Optuna.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,18 @@ class LevelSettings:
     # level cannot pass; in process the engine stamps chunks itself. None: decide by target.
     require_schedule: bool | None = None
     lag_tolerance_s: float = 0.010  # loadgen's default: p99 loop / send lag allowed
+    # Seconds of arrivals per level: a level at rate r replays the first ceil(r * duration_s)
+    # requests of the list (at least min_requests), so every level runs long enough to reach a
+    # steady state and a fast rate is not a burst in disguise. None replays the whole list.
+    duration_s: float | None = None
+    min_requests: int = 20
+
+    def requests_at(self, requests: Sequence[RequestSpec], rate_rps: float) -> list[RequestSpec]:
+        """The prefix of the request list a level at this rate replays."""
+        if self.duration_s is None or not math.isfinite(rate_rps):
+            return list(requests)
+        n = max(self.min_requests, math.ceil(rate_rps * self.duration_s))
+        return list(requests[:n])
 
 
 @dataclass
@@ -127,7 +140,9 @@ async def measure_level(
     slo: SLO,
     settings: LevelSettings = LevelSettings(),
 ) -> LevelResult:
-    """Replay `requests` at `rate_rps` against the configured target and judge the SLO."""
+    """Replay `requests` (the prefix `settings` picks for this rate) at `rate_rps` against the
+    configured target and judge the SLO."""
+    requests = settings.requests_at(requests, rate_rps)
     offsets = arrival_offsets(
         settings.arrival,
         rate_rps=rate_rps,

@@ -55,7 +55,7 @@ def rebuild_confirmation(files: RunFiles, info: dict[str, Any], study: optuna.St
     candidates = []
     for trial in top_trials(study, settings.top_k, mode):
         rate = settings.rate_rps or float(trial.value or 0.0)
-        levels = _levels(files, trial, rate)
+        levels = _levels(files, trial)
         if not levels:
             continue
         knobs = space.normalise(trial.user_attrs[KNOBS]) if trial.user_attrs.get(KNOBS) else {}
@@ -69,12 +69,12 @@ def rebuild_confirmation(files: RunFiles, info: dict[str, Any], study: optuna.St
     }
 
 
-def _levels(files: RunFiles, trial: optuna.trial.FrozenTrial, rate: float) -> list:
+def _levels(files: RunFiles, trial: optuna.trial.FrozenTrial) -> list:
     levels = levels_with_records(files, trial)
-    rep = 1
-    while (recs := files.read_records(files.confirm_path(trial.number, rep))) is not None:
-        levels.append((rate, recs))
-        rep += 1
+    for rate, path in files.confirm_levels(trial.number):
+        records = files.read_records(path)
+        if records is not None:
+            levels.append((rate, records))
     return levels
 
 

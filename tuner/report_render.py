@@ -171,9 +171,10 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = [
         ["SLO", str(rec["slo"])],
         ["objective", rec["objective"]["definition"]],
-        ["workload", f"{wl.get('name')}: {wl.get('num_requests')} requests, seed "
-                     f"{wl.get('seed')}, {wl.get('arrival')} arrivals, classes "
-                     f"{wl.get('classes')}, fingerprint {wl.get('fingerprint')}"],
+        ["workload", f"{wl.get('name')}: a seeded list of {wl.get('num_requests')} requests "
+                     f"(seed {wl.get('seed')}, classes {wl.get('classes')}, fingerprint "
+                     f"{wl.get('fingerprint')}); {wl.get('arrival')} arrivals; "
+                     + _level_text(wl)],
         ["target", f"{tgt.get('description')} on {tgt.get('device')}"],
         ["model", f"{tgt.get('model')} (max_model_len {tgt.get('max_model_len')})"],
         ["search", f"{search.get('sampler')}: {search.get('trials_finished')} trials "
@@ -200,6 +201,13 @@ def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append([str(t["trial"] + 1), t["role"], t["state"], _short(t["config"]), cap_text,
                      str(t["levels"]), f"{t['measurement_s']:.0f}"])  # fmt: skip
     return header, rows
+
+
+def _level_text(wl: dict[str, Any]) -> str:
+    if wl.get("level_s"):
+        return (f"each load level replays the first rate x {wl['level_s']:g} s of them "
+                f"(at least {wl.get('min_requests_per_level')})")  # fmt: skip
+    return "each load level replays all of them"
 
 
 def _interval(e: dict[str, Any]) -> str:

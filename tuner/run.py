@@ -31,7 +31,7 @@ from tuner.runfiles import (
     write_trials_table,
 )
 from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
-from tuner.settings import START_FRACTION_OF_BURST, TuneSettings
+from tuner.settings import MIN_REQUESTS_PER_LEVEL, START_FRACTION_OF_BURST, TuneSettings
 from tuner.space import SearchSpace, build_space
 from tuner.starting import enqueue_starting_configs, reference_configs
 from tuner.study import (
@@ -49,7 +49,7 @@ from tuner.targets import Target
 
 CALIBRATION = "calibrated_start_rps"  # study user attr
 # Seconds a level spends draining after its last arrival (the longest requests finishing).
-LEVEL_TAIL_S = 4.0
+LEVEL_TAIL_S = 6.0
 
 
 @dataclass
@@ -140,6 +140,8 @@ def _context(
         seed=settings.workload_seed,
         timeout_s=settings.request_timeout_s,
         require_schedule=facts.require_schedule,
+        duration_s=settings.level_s or None,
+        min_requests=MIN_REQUESTS_PER_LEVEL,
     )
     return RunContext(settings, slo, files, target, facts, workload, space, study, mode,
                       level_settings, scenario)  # fmt: skip
@@ -199,8 +201,8 @@ async def _calibrated_start(ctx: RunContext, display: StatusSink) -> float:
     display.set_phase("calibrating: a burst of the request list on the default config")
     default = reference_configs(ctx.space, ctx.scenario)[0][1]
     await ctx.target.apply(default)
-    level = await measure_level(ctx.target, ctx.workload.requests, math.inf, ctx.slo,
-                                ctx.level_settings)  # fmt: skip
+    burst = ctx.workload.requests[: ctx.settings.burst_requests(ctx.facts.device)]
+    level = await measure_level(ctx.target, burst, math.inf, ctx.slo, ctx.level_settings)
     start = max(0.05, START_FRACTION_OF_BURST * level.request_throughput_rps)
     ctx.study.set_user_attr(CALIBRATION, start)
     display.line(f"burst throughput {level.request_throughput_rps:.2f} req/s; "
@@ -214,24 +216,32 @@ def _save_records(ctx: RunContext, trial: int, step: int, level: LevelResult) ->
 
 def _level_s(ctx: RunContext, rate_rps: float) -> float:
     """Expected wall time of one level at this rate: arrivals plus the drain."""
-    return len(ctx.workload.requests) / rate_rps + LEVEL_TAIL_S
+    n = len(ctx.level_settings.requests_at(ctx.workload.requests, rate_rps))
+    return n / rate_rps + LEVEL_TAIL_S
 
 
 def _reserve_s(ctx: RunContext) -> float:
-    """Time the confirmation and the report will need, given the current top configs."""
+    """Time the confirmation and the report will need, given the current top configs: the
+    repeats, and one step down each in capacity mode."""
     reps = ctx.settings.repeats
+    if reps == 0:
+        return REPORT_RESERVE_S
+    levels = reps + (1 if ctx.mode is Mode.CAPACITY else 0)
     top = top_trials(ctx.study, ctx.settings.top_k, ctx.mode)
     rates = [ctx.settings.rate_rps or t.value or 1.0 for t in top]
-    return REPORT_RESERVE_S + reps * sum(_level_s(ctx, r) for r in rates)
+    return REPORT_RESERVE_S + levels * sum(_level_s(ctx, r) for r in rates)
 
 
 async def _confirm(ctx: RunContext, budget: Budget) -> list[Candidate]:
     confirmer = Confirmer(ctx.target, ctx.workload.requests, ctx.slo, ctx.files,
                           ctx.level_settings, ctx.mode, ctx.settings.rate_rps,
-                          seed=ctx.settings.seed)  # fmt: skip
-    deadline = budget.end_s - REPORT_RESERVE_S
+                          seed=ctx.settings.seed,
+                          step_factor=1 + ctx.settings.rel_tol)  # fmt: skip
     out = []
     for trial in top_trials(ctx.study, ctx.settings.top_k, ctx.mode):
+        # A level starts only if it can end before the time kept for the report.
+        rate = ctx.settings.rate_rps or trial.value or 1.0
+        deadline = budget.end_s - REPORT_RESERVE_S - _level_s(ctx, rate)
         knobs = ctx.space.normalise(trial.user_attrs[KNOBS])
         out.append(await confirmer.confirm(trial, knobs, ctx.settings.repeats, deadline))
     return out
@@ -287,6 +297,8 @@ def _run_file(ctx: RunContext) -> dict[str, Any]:
         "workload": {
             "name": ctx.workload.name,
             "num_requests": len(ctx.workload.requests),
+            "level_s": s.level_s,
+            "min_requests_per_level": MIN_REQUESTS_PER_LEVEL,
             "seed": s.workload_seed,
             "arrival": s.arrival,
             "burstiness": s.burstiness,

@@ -30,7 +30,7 @@ from tuner.study import ROLE, Role
 
 RUN_FILE = "run.json"
 CONFIRMATION_FILE = "confirmation.json"
-_LEVEL_FILE = re.compile(r"trial-(\d+)-level-(\d+)\.jsonl$")
+_CONFIRM_FILE = re.compile(r"-(\d+(?:\.\d+)?)rps\.jsonl$")
 
 
 class RunFiles:
@@ -47,8 +47,17 @@ class RunFiles:
     def level_path(self, trial: int, level: int) -> Path:
         return self.records_dir / f"trial-{trial:04d}-level-{level:02d}.jsonl"
 
-    def confirm_path(self, trial: int, repeat: int) -> Path:
-        return self.records_dir / f"confirm-{trial:04d}-rep-{repeat}.jsonl"
+    def confirm_path(self, trial: int, index: int, rate_rps: float) -> Path:
+        return self.records_dir / f"confirm-{trial:04d}-{index:02d}-{rate_rps:.6f}rps.jsonl"
+
+    def confirm_levels(self, trial: int) -> list[tuple[float, Path]]:
+        """(rate, path) of a trial's confirmation runs, in the order they were measured."""
+        out = []
+        for path in sorted(self.records_dir.glob(f"confirm-{trial:04d}-*rps.jsonl")):
+            match = _CONFIRM_FILE.search(path.name)
+            if match:
+                out.append((float(match.group(1)), path))
+        return out
 
     def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:
         self.ensure()

@@ -14,16 +14,23 @@ from tuner.space import Domain, parse_fix, parse_param
 from tuner.study import SamplerName
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
-# minutes on two cores: a level of 40 requests at ~3 req/s takes ~15 s, the default config
-# needs ~5 levels and a search trial ~2 on average, and the confirmation repeats the top three
-# once. docs/tuner.md shows the arithmetic.
-DEFAULT_NUM_REQUESTS = 40
-# A GPU serves a burst of 40 requests at once; a sustained load needs a longer request list.
-DEFAULT_NUM_REQUESTS_GPU = 200
+# minutes on two cores: a level is 8 s of arrivals plus the drain (~12 s in all), the default
+# config needs ~5 levels and a pruned trial one. docs/tuner.md shows the arithmetic.
+DEFAULT_LEVEL_S = 8.0
+DEFAULT_REL_TOL = 0.15
+MIN_REQUESTS_PER_LEVEL = 20
+# The seeded request list levels take their prefix from (enough for 8 s at 50 req/s on a CPU;
+# a GPU serves far more).
+DEFAULT_NUM_REQUESTS = 400
+DEFAULT_NUM_REQUESTS_GPU = 4000
+# The burst that calibrates the first start rate.
+BURST_REQUESTS = 40
+BURST_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
-# The first trial starts at this share of the throughput measured on a burst of the request list.
-START_FRACTION_OF_BURST = 0.6
+# The first trial starts at this share of the throughput measured on a burst of the request list
+# (a burst's prefill-heavy throughput sits below the sustained capacity on the CPU preset).
+START_FRACTION_OF_BURST = 0.8
 
 
 @dataclass
@@ -32,7 +39,8 @@ class TuneSettings:
 
     slo: str
     workload: str = "mixed"
-    num_requests: int | None = None  # None: 40 on CPU, 200 on a GPU
+    num_requests: int | None = None  # request list size; None: 400 on CPU, 4000 on a GPU
+    level_s: float = DEFAULT_LEVEL_S  # seconds of arrivals per level; 0: the whole list
     workload_seed: int = 0
     arrival: str = "poisson"
     burstiness: float = 1.0
@@ -55,7 +63,7 @@ class TuneSettings:
     n_startup_trials: int = 5
     start_rps: float | None = None  # None: calibrated from a burst of the request list
     growth: float = 2.0
-    rel_tol: float = 0.1
+    rel_tol: float = DEFAULT_REL_TOL
     min_rps: float | None = None  # None: the first trial's start / 8
     max_levels: int = 8
     scenario: str | None = None
@@ -76,6 +84,8 @@ class TuneSettings:
     def __post_init__(self) -> None:
         if self.num_requests is not None:
             _positive("num_requests", self.num_requests, integer=True)
+        if self.level_s < 0:
+            raise TuneError(f"--level-seconds {self.level_s} is invalid; use 0 or more")
         _positive("trials", self.trials, integer=True)
         _positive("time_budget_s", self.time_budget_s)
         if self.start_rps is not None:
@@ -116,6 +126,9 @@ class TuneSettings:
         if self.num_requests is not None:
             return self.num_requests
         return DEFAULT_NUM_REQUESTS_GPU if device.startswith("cuda") else DEFAULT_NUM_REQUESTS
+
+    def burst_requests(self, device: str) -> int:
+        return BURST_REQUESTS_GPU if device.startswith("cuda") else BURST_REQUESTS
 
     def resolved_run_dir(self) -> Path:
         if self.run_dir is None:
