@@ -38,7 +38,13 @@ from tuner.measure import MIN_SERVED_FRACTION, LevelSettings, find_capacity
 from tuner.ratesearch import RateSearchSettings
 from tuner.rules import Scenario
 from tuner.run import run_tune
-from tuner.settings import TuneSettings
+from tuner.settings import (
+    DEFAULT_LEVEL_S,
+    DEFAULT_NUM_REQUESTS,
+    DEFAULT_REL_TOL,
+    MIN_REQUESTS_PER_LEVEL,
+    TuneSettings,
+)
 from tuner.space import build_space
 from tuner.starting import enqueue_starting_configs
 from tuner.study import CapacityPruner, SamplerName, best_capacity, make_sampler
@@ -76,12 +82,14 @@ class Bench:
                                        max_model_len=engine.max_model_len,
                                        vocab_size=engine.vocab_size)  # fmt: skip
         self.slo = parse_slo(SLO_TEXT)
-        self.level = LevelSettings(require_schedule=False)
+        # The same levels as tune's defaults: 8 s of arrivals from the seeded list.
+        self.level = LevelSettings(require_schedule=False, duration_s=DEFAULT_LEVEL_S,
+                                   min_requests=MIN_REQUESTS_PER_LEVEL)  # fmt: skip
         self.start_rps = start_rps
 
     async def capacity(self, knobs: dict[str, Any], start: float | None = None) -> dict:
         await self.target.apply(knobs)
-        search = RateSearchSettings(start_rps=start or self.start_rps, rel_tol=0.1,
+        search = RateSearchSettings(start_rps=start or self.start_rps, rel_tol=DEFAULT_REL_TOL,
                                     min_rps=self.start_rps / 8)  # fmt: skip
         result = await find_capacity(self.target, self.workload.requests, self.slo, search,
                                      self.level)  # fmt: skip
@@ -275,9 +283,9 @@ def summarize(state: dict[str, Any], seeds: int) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--num-requests", type=int, default=40)
+    p.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
     p.add_argument("--time-budget-s", type=float, default=540.0, help="ours, per seed")
-    p.add_argument("--grid-start-rps", type=float, default=4.0)
+    p.add_argument("--grid-start-rps", type=float, default=8.0)
     p.add_argument("--grid-budgets", type=int, nargs="+", default=list(GRID_BUDGETS))
     p.add_argument("--eval-repeats", type=int, default=2)
     p.add_argument("--sim-seeds", type=int, default=50)
