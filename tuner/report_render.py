@@ -93,8 +93,8 @@ def bought_line(rec: dict[str, Any]) -> str | None:
         return None
     same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
     return (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} req/s"
-            f"{same}; the measured config serves {ratio:.2f}x that. "
-            f"{rec['best']['limited_by'].capitalize()} limits the recommended config.")  # fmt: skip
+            f"{same}; the measured config serves {ratio:.2f}x that. What stops the "
+            f"recommended config going faster: {rec['best']['limited_by']}.")  # fmt: skip
 
 
 def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
