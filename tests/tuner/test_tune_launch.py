@@ -68,7 +68,7 @@ def test_launch_starts_a_server_per_trial_and_pulls_its_metrics(tmp_path, capsys
     )
     argv = ["--slo", "tpot_p99=200ms", "--launch", launch, "--url", f"http://127.0.0.1:{port}",
             "--served-model", "tiny", "--trials", "2", "--repeats", "0", "--run-dir",
-            str(run_dir), "--json", "--num-requests", "8", "--start-rate", "4",
+            str(run_dir), "--json", "--num-requests", "8", "--start-rate", "1",
             "--max-levels", "2", "--rate-tolerance", "0.5"]  # fmt: skip
     if prom_url:
         argv += ["--prometheus-url", prom_url, "--prometheus-interval", "1"]
