@@ -15,6 +15,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from tuner.cli import main
+from tuner.study import storage_url
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -143,3 +144,31 @@ def test_bad_input_is_one_line_naming_the_value(argv, named, capsys, tmp_path):
     assert main([*argv, "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and named in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_journal_study(tmp_path):
+    journal = tmp_path / "shared.journal"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def worker(name: str) -> subprocess.Popen:
+        args = ["--slo", "tpot_p99=30ms", "--trials", "5", "--storage", str(journal),
+                "--study-name", "shared", "--run-dir", str(tmp_path / name), "--quiet",
+                "--param", "max_num_batched_tokens=2048..8192", *FAST]  # fmt: skip
+        cmd = [sys.executable, "-m", "tuner.cli", *args]
+        out = subprocess.DEVNULL
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.PIPE)
+
+    first = worker("a")
+    time.sleep(3)  # the first worker queues the references; the second finds them
+    second = worker("b")
+    for proc in (first, second):
+        assert proc.wait(timeout=240) == 0, proc.stderr.read().decode()
+    study = optuna.load_study(study_name="shared", storage=storage_url(str(journal), tmp_path))
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) >= 5
+    assert len({t.user_attrs["worker"] for t in done}) == 2  # both measured trials
+    roles = [t.user_attrs["role"] for t in study.trials]
+    assert roles.count("default") == 1 and roles.count("rule_of_thumb") == 1
+    for name in ("a", "b"):
+        assert json.loads((tmp_path / name / "recommendation.json").read_text())["best"]
