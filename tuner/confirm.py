@@ -70,11 +70,11 @@ class Candidate:
             "served_fraction": self.served_fraction,
             "capacity_ci": self.capacity_ci.as_dict() if self.capacity_ci else None,
             "goodput_ci": self.goodput_ci.as_dict() if self.goodput_ci else None,
-            "terms": [_term_dict(t) for t in self.terms],
+            "terms": [term_dict(t) for t in self.terms],
         }
 
 
-def _term_dict(t: TermInterval) -> dict[str, Any]:
+def term_dict(t: TermInterval) -> dict[str, Any]:
     return {
         "term": t.term,
         "metric": t.metric,

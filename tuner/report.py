@@ -65,6 +65,7 @@ def build_recommendation(
         "rule_of_thumb": thumb_entry,
         "ratio_vs_default": _ratio(best, default_entry) if feasible else None,
         "ratio_vs_rule_of_thumb": _ratio(best, thumb_entry) if feasible else None,
+        "default_at_recommended_rate": confirmation.get("default_at_recommended_rate"),
         "flags": _flags(best) if feasible else None,
         "closest": None if feasible else _closest(finished),
         "top": sorted(candidates.values(), key=lambda c: -(c["confirmed_rps"] or 0)),
@@ -105,6 +106,12 @@ def summary_line(rec: dict[str, Any]) -> str:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
     elif default is not None:
         text += f"; the vLLM default meets {slo} at no measured rate"
+    same = rec.get("default_at_recommended_rate")
+    if same and not same["default"]["meets_slo"]:
+        misses = [t for t in same["default"]["terms"] if t["value_ms"] > t["limit_ms"]]
+        what = (f"{misses[0]['metric']} {misses[0]['value_ms']:.1f} ms" if misses
+                else "it falls behind")  # fmt: skip
+        text += f"; at that rate the default misses the SLO ({what})"
     return text
 
 

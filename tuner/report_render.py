@@ -14,6 +14,7 @@ from tuner.objective import CAPACITY, KNOBS, UPPER
 from tuner.plots import TrialPoint, importance_plot, knob_plots, pareto_plot, progress_plot
 from tuner.progress import SHORT_NAMES
 from tuner.runfiles import trial_levels
+from tuner.same_rate import same_rate_rows, same_rate_sentence
 from tuner.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
 from tuner.study import ROLE
 
@@ -109,6 +110,9 @@ def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
         lines += [f"- {n}" for n in rec["flags"]["notes"]]
         lines.append("")
     lines += ["## Compared", "", _md_table(*comparison_table(rec)), ""]
+    same = rec.get("default_at_recommended_rate")
+    if rows := same_rate_rows(same):
+        lines += ["## Same traffic", "", str(same_rate_sentence(same)), "", _md_table(*rows), ""]
     if rec.get("top"):
         lines += ["## Top configs, re-measured", "", _md_table(*top_table(rec)), ""]
     for name in figures:
@@ -272,6 +276,10 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "</pre>"]  # fmt: skip
         parts += [f"<p class='note'>{e(n)}</p>" for n in flags["notes"]]
     parts += ["<h2>Compared</h2>", _html_table(*comparison_table(rec))]
+    same = rec.get("default_at_recommended_rate")
+    if rows := same_rate_rows(same):
+        parts += ["<h2>Same traffic</h2>", f"<p>{e(str(same_rate_sentence(same)))}</p>",
+                  _html_table(*rows)]  # fmt: skip
     if rec.get("top"):
         parts += ["<h2>Top configs, re-measured</h2>", _html_table(*top_table(rec)),
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "

@@ -30,6 +30,7 @@ from tuner.runfiles import (
     trial_levels,
     write_trials_table,
 )
+from tuner.same_rate import default_at_rate
 from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, START_FRACTION_OF_BURST, TuneSettings
 from tuner.space import SearchSpace, build_space
@@ -90,8 +91,10 @@ async def run_tune(
             log = await _search(ctx, budget, display)
             display.set_phase("confirming the top configs")
             candidates = await _confirm(ctx, budget)
+            display.set_phase("measuring the default at the recommended rate")
+            same_rate = await _default_at_recommended_rate(ctx, candidates, budget)
             display.set_phase("writing the report")
-            return _finish(ctx, candidates, log, budget)
+            return _finish(ctx, candidates, log, budget, same_rate)
     finally:
         await target.close()
 
@@ -229,7 +232,9 @@ def _reserve_s(ctx: RunContext) -> float:
     levels = reps + (1 if ctx.mode is Mode.CAPACITY else 0)
     top = top_trials(ctx.study, ctx.settings.top_k, ctx.mode)
     rates = [ctx.settings.rate_rps or t.value or 1.0 for t in top]
-    return REPORT_RESERVE_S + levels * sum(_level_s(ctx, r) for r in rates)
+    # Plus one level of the default at the best config's rate (capacity mode).
+    same_rate = _level_s(ctx, max(rates)) if rates and ctx.mode is Mode.CAPACITY else 0.0
+    return REPORT_RESERVE_S + levels * sum(_level_s(ctx, r) for r in rates) + same_rate
 
 
 async def _confirm(ctx: RunContext, budget: Budget) -> list[Candidate]:
@@ -247,13 +252,40 @@ async def _confirm(ctx: RunContext, budget: Budget) -> list[Candidate]:
     return out
 
 
+async def _default_at_recommended_rate(
+    ctx: RunContext, candidates: list[Candidate], budget: Budget
+) -> dict[str, Any] | None:
+    """The default, measured at the confirmed recommendation's rate (when it is another config
+    and the level fits in the time left)."""
+    chosen = choose(candidates)
+    if ctx.mode is not Mode.CAPACITY or chosen is None or not chosen.clears:
+        return None
+    default = next((t for t in ctx.study.get_trials(deepcopy=False)
+                    if t.user_attrs.get(ROLE) == Role.DEFAULT.value and KNOBS in t.user_attrs),
+                   None)  # fmt: skip
+    if default is None:
+        return None
+    knobs = ctx.space.normalise(default.user_attrs[KNOBS])
+    if knobs == ctx.space.normalise(chosen.knobs):
+        return None  # the default is the recommendation: nothing to compare
+    if budget.clock() + _level_s(ctx, chosen.rate_rps) > budget.end_s - REPORT_RESERVE_S:
+        return None
+    return await default_at_rate(ctx.target, ctx.workload.requests, ctx.slo, ctx.level_settings,
+                                 ctx.files, knobs, chosen, seed=ctx.settings.seed)  # fmt: skip
+
+
 def _finish(
-    ctx: RunContext, candidates: list[Candidate], log: SearchLog, budget: Budget
+    ctx: RunContext,
+    candidates: list[Candidate],
+    log: SearchLog,
+    budget: Budget,
+    same_rate: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     chosen = choose(candidates)
     confirmation = {
         "candidates": [c.summary() for c in candidates],
         "chosen_trial": chosen.trial if chosen else None,
+        "default_at_recommended_rate": same_rate,
         "stopped_by": log.stopped_by,
         "elapsed_s": budget.clock() - budget.start_s,
     }

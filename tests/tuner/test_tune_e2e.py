@@ -93,6 +93,13 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     assert f"--max-num-batched-tokens {budget}" in rec["flags"]["vllm"]
     assert "--chunked-prefill-size" in rec["flags"]["sglang"]
     assert len(rec["trials"]) == 4
+    # The default, measured at the recommendation's rate, unless it is the recommendation.
+    same = rec["default_at_recommended_rate"]
+    if rec["best"]["config"] != rec["default"]["config"]:
+        assert same["rate_rps"] == rec["best"]["rate_rps"]
+        assert (run_dir / "records_default_at_recommended_rate.jsonl").stat().st_size > 0
+        if not same["default"]["meets_slo"]:
+            assert "at that rate the default misses the SLO" in rec["summary"]
 
     html = (run_dir / "recommendation.html").read_text()
     assert html.count("data:image/png;base64,") >= 3 and "<script" not in html

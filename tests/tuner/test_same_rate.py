@@ -1,0 +1,76 @@
+"""The default measured at the recommendation's rate, on the real engine, and how it is reported."""
+
+import pytest
+
+from engine_lite import EngineConfig
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.confidence import term_intervals
+from tuner.confirm import Candidate
+from tuner.measure import LevelSettings, measure_level
+from tuner.report_render import render_markdown
+from tuner.runfiles import RunFiles
+from tuner.same_rate import RECORDS_FILE, default_at_rate, same_rate_sentence
+from tuner.targets import BuiltinTarget
+
+RATE = 8.0
+
+
+async def _same_rate(tmp_path, slo_text: str) -> dict:
+    slo = parse_slo(slo_text)
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    requests = build_workload("random", num_requests=8, input_len=64, output_len=8).requests
+    files = RunFiles(tmp_path)
+    files.ensure()
+    settings = LevelSettings(require_schedule=False)
+    chosen_knobs = {**EngineConfig().scheduler_knobs(), "max_num_batched_tokens": 512}
+    try:
+        await target.apply(chosen_knobs)
+        level = await measure_level(target, requests, RATE, slo, settings)
+        chosen = Candidate(trial=3, role="search", knobs=chosen_knobs, value=RATE, rate_rps=RATE,
+                           terms=term_intervals(level.records, slo), repeats=1,
+                           confirmed_rps=RATE if level.passed else 0.0,
+                           served_fraction=level.served_fraction)  # fmt: skip
+        default = EngineConfig().scheduler_knobs()
+        return await default_at_rate(target, requests, slo, settings, files, default, chosen)
+    finally:
+        await target.close()
+
+
+async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
+    # No engine holds TPOT p99 under a microsecond: the default must miss, and say by how much.
+    same = await _same_rate(tmp_path, "tpot_p99=0.001ms,ttft_p99=60s")
+    assert same["rate_rps"] == RATE
+    d = same["default"]
+    assert d["meets_slo"] is False and d["kept_up"] is True
+    tpot = next(t for t in d["terms"] if t["metric"] == "tpot_p99")
+    assert tpot["value_ms"] > tpot["limit_ms"] and not tpot["clears"]
+    sentence = same_rate_sentence(same)
+    assert sentence.startswith(f"At the recommended {RATE:.2f} req/s the vLLM default misses")
+    assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms)" in sentence
+    assert "ttft_p99" not in sentence  # only the terms it missed
+    # The default's requests are kept, as every measured level's are.
+    assert len((tmp_path / RECORDS_FILE).read_text().splitlines()) == 8
+
+
+async def test_a_default_that_meets_says_so_and_the_report_shows_both(tmp_path):
+    same = await _same_rate(tmp_path, "tpot_p99=60s")
+    assert same["default"]["meets_slo"] and same["recommended"]["meets_slo"]
+    assert (
+        same_rate_sentence(same)
+        == f"At {RATE:.2f} req/s the vLLM default also meets the SLO (measured once)."
+    )
+    rec = {"slo": "tpot_p99=60s", "summary": "s", "feasible": True, "best": None, "default": None,
+           "objective": {"mode": "capacity", "definition": "d"}, "trials": [],
+           "default_at_recommended_rate": same}  # fmt: skip
+    md = render_markdown(rec, {})
+    assert "## Same traffic" in md
+    rows = [
+        line for line in md.splitlines() if line.startswith(("| recommended", "| vLLM default"))
+    ]
+    assert len(rows) == 2 and all(r.rstrip(" |").endswith("yes") for r in rows)
+
+
+@pytest.mark.parametrize("same", [None, {}])
+def test_no_measurement_no_sentence(same):
+    assert same_rate_sentence(same) is None
