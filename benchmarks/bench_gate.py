@@ -50,6 +50,19 @@ def _changes(result: dict, config: str) -> dict[str, float]:
     }
 
 
+def _intervals(result: dict, config: str) -> dict[str, list[float]]:
+    """The 95% interval of each change, which is what the verdict is made on."""
+    return {
+        r["figure"]: [round(r["comparison"][k], 4) for k in ("change_lo", "change_hi")]
+        for r in result["rows"]
+        if r["config"] == config and r["comparison"] is not None
+    }
+
+
+def _run(code: int, res: dict, config: str) -> dict:
+    return {"exit": code, "changes": _changes(res, config), "intervals": _intervals(res, config)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", default="results/baselines/cpu-tiny.toml")
@@ -73,9 +86,9 @@ def main() -> int:
         for i in range(args.runs):
             if not args.slowed_only:
                 code, res = _bench(suite, baseline)
-                unchanged.append({"exit": code, "changes": _changes(res, args.config)})
+                unchanged.append(_run(code, res, args.config))
             code, res = _bench(slowed, baseline)
-            slowed_runs.append({"exit": code, "changes": _changes(res, args.config)})
+            slowed_runs.append(_run(code, res, args.config))
             before = f"unchanged exit {unchanged[-1]['exit']}, " if unchanged else ""
             print(f"run {i + 1}: {before}slowed exit {code}", file=sys.stderr)
     figures = sorted({f for r in slowed_runs for f in r["changes"]})
