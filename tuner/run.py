@@ -260,6 +260,8 @@ async def _default_at_recommended_rate(
     chosen = choose(candidates)
     if ctx.mode is not Mode.CAPACITY or chosen is None or not chosen.clears:
         return None
+    if ctx.settings.repeats == 0:
+        return None  # --repeats 0 asks for no re-measurement at all
     default = next((t for t in ctx.study.get_trials(deepcopy=False)
                     if t.user_attrs.get(ROLE) == Role.DEFAULT.value and KNOBS in t.user_attrs),
                    None)  # fmt: skip
