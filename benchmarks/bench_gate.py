@@ -41,26 +41,18 @@ def _slowed_suite(text: str, config: str, knobs: dict[str, int]) -> str:
     return pattern.sub(lambda m: m.group(1) + lines, text, count=1)
 
 
-def _changes(result: dict, config: str) -> dict[str, float]:
-    """Each gated figure's measured change for `config` (current / baseline - 1)."""
+def _run(code: int, result: dict, config: str) -> dict:
+    """One gate run: its exit code, and for `config` each gated figure's measured change
+    (current / baseline - 1) with the 95% interval the verdict is made on."""
+    mine = {r["figure"]: r["comparison"] for r in result["rows"]
+            if r["config"] == config and r["comparison"] is not None}  # fmt: skip
     return {
-        r["figure"]: round(r["comparison"]["change_frac"], 4)
-        for r in result["rows"]
-        if r["config"] == config and r["comparison"] is not None
+        "exit": code,
+        "changes": {f: round(c["change_frac"], 4) for f, c in mine.items()},
+        "intervals": {
+            f: [round(c["change_lo"], 4), round(c["change_hi"], 4)] for f, c in mine.items()
+        },
     }
-
-
-def _intervals(result: dict, config: str) -> dict[str, list[float]]:
-    """The 95% interval of each change, which is what the verdict is made on."""
-    return {
-        r["figure"]: [round(r["comparison"][k], 4) for k in ("change_lo", "change_hi")]
-        for r in result["rows"]
-        if r["config"] == config and r["comparison"] is not None
-    }
-
-
-def _run(code: int, res: dict, config: str) -> dict:
-    return {"exit": code, "changes": _changes(res, config), "intervals": _intervals(res, config)}
 
 
 def main() -> int:

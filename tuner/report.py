@@ -14,7 +14,8 @@ from tuner.measure import MAX_ERROR_RATE
 from tuner.objective import CAPACITY, KNOBS, OUTCOME, UPPER
 from tuner.rules import RULE_OF_THUMB_TEXT, Scenario
 from tuner.runfiles import RunFiles, clean_json, trial_levels
-from tuner.study import CONSTRAINTS, ROLE, Role
+from tuner.same_rate import missed_terms
+from tuner.study import CONSTRAINTS, ROLE, Role, trial_with_role
 
 CAPACITY_DEFINITION = (
     "goodput (max req/s within SLO): the highest Poisson arrival rate of this workload at "
@@ -38,8 +39,8 @@ def build_recommendation(
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     candidates = {c["trial"]: c for c in confirmation.get("candidates", [])}
     chosen = candidates.get(confirmation.get("chosen_trial"))
-    default = _by_role(finished, Role.DEFAULT)
-    thumb = _by_role(finished, Role.RULE_OF_THUMB) or default
+    default = trial_with_role(finished, Role.DEFAULT)
+    thumb = trial_with_role(finished, Role.RULE_OF_THUMB) or default
     best = _config_entry(study.trials[chosen["trial"]], chosen) if chosen else None
     default_entry = _config_entry(default, candidates.get(default.number)) if default else None
     thumb_entry = _config_entry(thumb, candidates.get(thumb.number)) if thumb else None
@@ -108,7 +109,7 @@ def summary_line(rec: dict[str, Any]) -> str:
         text += f"; the vLLM default meets {slo} at no measured rate"
     same = rec.get("default_at_recommended_rate")
     if same and not same["default"]["meets_slo"]:
-        misses = [t for t in same["default"]["terms"] if t["value_ms"] > t["limit_ms"]]
+        misses = missed_terms(same["default"])
         what = (f"{misses[0]['metric']} {misses[0]['value_ms']:.1f} ms" if misses
                 else "it falls behind")  # fmt: skip
         text += f"; at that rate the default misses the SLO ({what})"
@@ -117,11 +118,6 @@ def summary_line(rec: dict[str, Any]) -> str:
 
 def _unit(rec: dict[str, Any]) -> str:
     return "good req/s" if rec["objective"]["mode"] == "goodput" else "req/s within " + rec["slo"]
-
-
-def _by_role(trials: list[FrozenTrial], role: Role) -> FrozenTrial | None:
-    hits = [t for t in trials if t.user_attrs.get(ROLE) == role.value]
-    return hits[-1] if hits else None
 
 
 def _config_entry(trial: FrozenTrial, candidate: dict[str, Any] | None) -> dict[str, Any]:

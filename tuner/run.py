@@ -36,14 +36,15 @@ from tuner.settings import MIN_REQUESTS_PER_LEVEL, START_FRACTION_OF_BURST, Tune
 from tuner.space import SearchSpace, build_space
 from tuner.starting import enqueue_starting_configs, reference_configs
 from tuner.study import (
-    ROLE,
     CapacityPruner,
     Role,
     SamplerName,
+    finished_trials,
     make_sampler,
     open_study,
     recover_stale_trials,
     storage_url,
+    trial_with_role,
 )
 from tuner.target_setup import TargetFacts, launch_searched_knobs, open_target
 from tuner.targets import Target
@@ -91,10 +92,11 @@ async def run_tune(
             log = await _search(ctx, budget, display)
             display.set_phase("confirming the top configs")
             candidates = await _confirm(ctx, budget)
+            chosen = choose(candidates)
             display.set_phase("measuring the default at the recommended rate")
-            same_rate = await _default_at_recommended_rate(ctx, candidates, budget)
+            same_rate = await _default_at_recommended_rate(ctx, chosen, budget)
             display.set_phase("writing the report")
-            return _finish(ctx, candidates, log, budget, same_rate)
+            return _finish(ctx, candidates, chosen, log, budget, same_rate)
     finally:
         await target.close()
 
@@ -253,19 +255,16 @@ async def _confirm(ctx: RunContext, budget: Budget) -> list[Candidate]:
 
 
 async def _default_at_recommended_rate(
-    ctx: RunContext, candidates: list[Candidate], budget: Budget
+    ctx: RunContext, chosen: Candidate | None, budget: Budget
 ) -> dict[str, Any] | None:
     """The default, measured at the confirmed recommendation's rate (when it is another config
     and the level fits in the time left)."""
-    chosen = choose(candidates)
     if ctx.mode is not Mode.CAPACITY or chosen is None or not chosen.clears:
         return None
     if ctx.settings.repeats == 0:
         return None  # --repeats 0 asks for no re-measurement at all
-    default = next((t for t in ctx.study.get_trials(deepcopy=False)
-                    if t.user_attrs.get(ROLE) == Role.DEFAULT.value and KNOBS in t.user_attrs),
-                   None)  # fmt: skip
-    if default is None:
+    default = trial_with_role(finished_trials(ctx.study), Role.DEFAULT)
+    if default is None or KNOBS not in default.user_attrs:
         return None
     knobs = ctx.space.normalise(default.user_attrs[KNOBS])
     if knobs == ctx.space.normalise(chosen.knobs):
@@ -279,11 +278,11 @@ async def _default_at_recommended_rate(
 def _finish(
     ctx: RunContext,
     candidates: list[Candidate],
+    chosen: Candidate | None,
     log: SearchLog,
     budget: Budget,
-    same_rate: dict[str, Any] | None = None,
+    same_rate: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    chosen = choose(candidates)
     confirmation = {
         "candidates": [c.summary() for c in candidates],
         "chosen_trial": chosen.trial if chosen else None,
@@ -304,16 +303,16 @@ def _finish(
 
 def _write_default_records(ctx: RunContext) -> None:
     """Records of the default config at its capacity (its first level if it never passed)."""
-    for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if trial.user_attrs.get(ROLE) != Role.DEFAULT.value:
-            continue
-        levels = trial_levels(trial)
-        capacity = trial.user_attrs.get(CAPACITY) or 0.0
-        index = next((i for i, lv in enumerate(levels) if lv.get("rate_rps") == capacity), 0)
-        records = ctx.files.read_records(ctx.files.level_path(trial.number, index))
-        if records is not None:
-            ctx.files.write_records(ctx.files.root / "records_default.jsonl", records)
+    complete = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    trial = trial_with_role(complete, Role.DEFAULT)
+    if trial is None:
         return
+    levels = trial_levels(trial)
+    capacity = trial.user_attrs.get(CAPACITY) or 0.0
+    index = next((i for i, lv in enumerate(levels) if lv.get("rate_rps") == capacity), 0)
+    records = ctx.files.read_records(ctx.files.level_path(trial.number, index))
+    if records is not None:
+        ctx.files.write_records(ctx.files.root / "records_default.jsonl", records)
 
 
 def _run_file(ctx: RunContext) -> dict[str, Any]:

@@ -58,6 +58,11 @@ async def default_at_rate(
     }
 
 
+def missed_terms(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SLO terms one config's point estimate broke at that rate."""
+    return [t for t in config["terms"] if t["value_ms"] > t["limit_ms"]]
+
+
 def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     """'At 15.6 req/s the vLLM default misses tpot_p99 (41.2 ms, limit 30 ms); ...'."""
     if not same:
@@ -65,8 +70,8 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     rate, d = same["rate_rps"], same["default"]
     if d["meets_slo"]:
         return f"At {rate:.2f} req/s the vLLM default also meets the SLO (measured once)."
-    misses = [t for t in d["terms"] if t["value_ms"] > t["limit_ms"]]
-    parts = [f"{t['metric']} {t['value_ms']:.1f} ms (limit {t['limit_ms']:g} ms)" for t in misses]
+    parts = [f"{t['metric']} {t['value_ms']:.1f} ms (limit {t['limit_ms']:g} ms)"
+             for t in missed_terms(d)]  # fmt: skip
     if not d["kept_up"]:
         parts.append(f"it completed only {d['served_fraction']:.0%} of the offered rate")
     if d["error_rate"] > 0:

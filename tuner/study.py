@@ -242,6 +242,12 @@ def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
 
 
+def trial_with_role(trials: Sequence[FrozenTrial], role: Role) -> FrozenTrial | None:
+    """The latest of `trials` measured in this role (a reference re-run after a crash wins)."""
+    hits = [t for t in trials if t.user_attrs.get(ROLE) == role.value]
+    return hits[-1] if hits else None
+
+
 def has_role(study: optuna.Study, role: Role) -> bool:
     """A trial with this role exists (finished, running or queued), so do not enqueue another."""
     live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
