@@ -65,11 +65,13 @@ EVAL_REL_TOL = 0.05
 EVAL_GROWTH = 1.25
 
 
-def grid_configs(budgets: tuple[int, ...] = GRID_BUDGETS) -> list[dict[str, Any]]:
+def grid_configs(
+    budgets: tuple[int, ...] = GRID_BUDGETS, partials: tuple[int, ...] = GRID_PARTIALS
+) -> list[dict[str, Any]]:
     base = EngineConfig().scheduler_knobs()
     out = []
     for budget, frac, policy, partial in itertools.product(
-        budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES, GRID_PARTIALS
+        budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES, partials
     ):
         out.append({**base, "max_num_batched_tokens": budget, "policy": policy,
                     "long_prefill_token_threshold": int(budget * frac),
@@ -123,9 +125,9 @@ def _jsonable(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k: getattr(v, "value", v) for k, v in knobs.items()}
 
 
-async def run_grid(bench: Bench, budgets: tuple[int, ...]) -> list[dict]:
+async def run_grid(bench: Bench, budgets: tuple[int, ...], partials: tuple[int, ...]) -> list[dict]:
     out = []
-    configs = grid_configs(budgets)
+    configs = grid_configs(budgets, partials)
     for i, knobs in enumerate(configs):
         res = await bench.capacity(knobs)
         out.append(res)
@@ -177,18 +179,24 @@ async def evaluate(
     bench: Bench, configs: dict[str, dict], repeats: int, out: dict[str, list], save: Any
 ) -> dict[str, list]:
     """Fresh capacity measurements of each config, interleaved round-robin; `out` holds what
-    an interrupted evaluation already measured, and every measurement is saved at once."""
-    for name in configs:
+    an interrupted evaluation already measured, and every measurement is saved at once. Methods
+    that picked the same config share its measurements (they are judged on the same runs)."""
+    first: dict[tuple, str] = {}  # config -> the name its measurements are kept under
+    for name, cfg in configs.items():
+        first.setdefault(_key(cfg["config"]), name)
         out.setdefault(name, [])
     for rnd in range(repeats):
         for name, cfg in configs.items():
-            if len(out[name]) > rnd:
+            if first[_key(cfg["config"])] != name or len(out[name]) > rnd:
                 continue
             knobs = {**cfg["config"], "policy": Policy(cfg["config"]["policy"])}
             res = await bench.capacity(knobs, start=cfg.get("capacity_rps") or None, fine=True)
             out[name].append(res["capacity_rps"])
             save()
             print(f"eval {name}: {res['capacity_rps']:.2f}", flush=True)
+    for name, cfg in configs.items():
+        out[name] = list(out[first[_key(cfg["config"])]])
+    save()
     return out
 
 
@@ -196,6 +204,7 @@ def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
     """Samplers on the grid's measured landscape: best capacity found within `trials`."""
     table = {_key(g["config"]): g["capacity_rps"] for g in grid}
     budgets = sorted({g["config"]["max_num_batched_tokens"] for g in grid})
+    partials = sorted({g["config"]["max_num_partial_prefills"] for g in grid})
     space = build_space(block_size=16, max_model_len=8192, longest_prompt=7168,
                         params={}, fixed={})  # fmt: skip
 
@@ -208,7 +217,7 @@ def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
             enqueue_starting_configs(study, space, Scenario.CHAT)
             for _ in range(trials):
                 trial = study.ask()
-                capacity = table.get(_key(_snap(space.suggest(trial), budgets)), 0.0)
+                capacity = table.get(_key(_snap(space.suggest(trial), budgets, partials)), 0.0)
                 best = best_capacity(study)
                 if best > 0 and capacity < best:  # as in tune: fails at the best rate, pruned
                     trial.report(best, 0)
@@ -224,11 +233,11 @@ def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
     return result
 
 
-def _snap(knobs: dict[str, Any], budgets: list[int]) -> dict[str, Any]:
+def _snap(knobs: dict[str, Any], budgets: list[int], partials: list[int]) -> dict[str, Any]:
     budget = min(budgets, key=lambda b: abs(b - knobs["max_num_batched_tokens"]) / b)
     frac = knobs["long_prefill_token_threshold"] / knobs["max_num_batched_tokens"]
     frac = min(GRID_THRESHOLD_FRACTIONS, key=lambda f: abs(f - frac))
-    partial = min(GRID_PARTIALS, key=lambda p: abs(p - knobs["max_num_partial_prefills"]))
+    partial = min(partials, key=lambda p: abs(p - knobs["max_num_partial_prefills"]))
     return {"max_num_batched_tokens": budget, "long_prefill_token_threshold": int(budget * frac),
             "policy": knobs["policy"], "max_num_partial_prefills": partial}  # fmt: skip
 
@@ -258,12 +267,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.num_requests, args.grid_start_rps)
     try:
         if "grid" not in state:
-            state["grid"] = await run_grid(bench, tuple(args.grid_budgets))
+            state["grid"] = await run_grid(bench, tuple(args.grid_budgets),
+                                           tuple(args.grid_partials))  # fmt: skip
             save()
-        for seed in range(args.seeds):
-            if f"manual-{seed}" not in state:
-                state[f"manual-{seed}"] = await run_manual(bench)
-                save()
+        # The manual procedure has no seed: one run of it, judged like the others.
+        if "manual" not in state:
+            state["manual"] = await run_manual(bench)
+            save()
         grid_best = max(state["grid"], key=lambda g: g["capacity_rps"])
         kinds = ("ours", "random", "manual")
         methods = {k: v for k, v in state.items() if k.split("-")[0] in kinds and v.get("config")}
@@ -283,7 +293,8 @@ def summarize(state: dict[str, Any], seeds: int) -> dict[str, Any]:
     ev = {k: statistics.median(v) for k, v in state["eval"].items()}
     grid_best = ev["grid-best"]
     grid_time = sum(g["measure_s"] for g in state["grid"])
-    per = {m: [ev[f"{m}-{s}"] for s in range(seeds)] for m in ("ours", "random", "manual")}
+    per = {m: [ev[f"{m}-{s}"] for s in range(seeds)] for m in ("ours", "random")}
+    per["manual"] = [ev["manual"]]
     ours_time = [state[f"ours-{s}"]["measure_s"] for s in range(seeds)]
     return {
         "grid_best_rps": grid_best,
@@ -324,6 +335,7 @@ def main() -> None:
     p.add_argument("--time-budget-s", type=float, default=540.0, help="ours, per seed")
     p.add_argument("--grid-start-rps", type=float, default=8.0)
     p.add_argument("--grid-budgets", type=int, nargs="+", default=list(GRID_BUDGETS))
+    p.add_argument("--grid-partials", type=int, nargs="+", default=list(GRID_PARTIALS))
     p.add_argument("--eval-repeats", type=int, default=2)
     p.add_argument("--sim-seeds", type=int, default=50)
     p.add_argument("--out", default="results/search_quality.json")

@@ -51,13 +51,15 @@ def test_presets_differ_the_way_their_traffic_does():
     assert mean["chat"][0] < 600
 
 
-def test_mixed_is_mostly_chat_with_a_minority_of_long_prompts():
+def test_mixed_puts_short_answers_beside_a_minority_of_long_prompts():
     wl = build_workload("mixed", num_requests=600, seed=3)
-    counts = wl.class_counts()
-    assert 0.08 < counts["long"] / 600 < 0.25
-    prompts, _ = _lens(wl)
-    assert prompts.max() > 3000  # long enough that chunking matters at an 8k context
+    prompts, outputs = _lens(wl)
+    assert 0.05 < (prompts >= 4096).mean() < 0.15  # the long-context minority
+    assert prompts.max() > 6000  # long enough that one unchunked prefill stalls every decode
     assert np.median(prompts) < 600
+    # Code completions: answers of a few tokens, which no stall can be averaged over.
+    assert 0.2 < (outputs <= 32).mean() < 0.4
+    assert np.median(outputs) > 64  # while most requests are chat
 
 
 def test_smaller_context_shrinks_presets_larger_keeps_them():
