@@ -155,9 +155,11 @@ async def run_manual(bench: Bench) -> dict:
 
 async def run_tuner(sampler: str, seed: int, trials: int, budget_s: float, run_dir: Path,
                     num_requests: int) -> dict:  # fmt: skip
+    # Random search is the sampler alone: the budget sweep tune queues first is part of ours.
     settings = TuneSettings(slo=SLO_TEXT, sampler=sampler, seed=seed, trials=trials,
                             time_budget_s=budget_s, run_dir=str(run_dir),
-                            num_requests=num_requests)  # fmt: skip
+                            num_requests=num_requests,
+                            budget_sweep=sampler != "random")  # fmt: skip
     start = time.monotonic()
     rec = await run_tune(settings, quiet=True)
     wall = time.monotonic() - start

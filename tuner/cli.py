@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep count; default 5)",
     )
     s.add_argument(
+        "--no-budget-sweep",
+        dest="budget_sweep",
+        action="store_false",
+        help="do not queue the budget sweep (256, 1024, ... 4x apart) before the sampler: "
+        "the references, then the sampler alone (to compare samplers)",
+    )
+    s.add_argument(
         "--start-rate",
         type=float,
         help="first load level of the first trial, req/s (default: 80%% of the throughput "
@@ -186,6 +193,7 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
         time_budget_s=parse_duration(args.time_budget),
         rate_rps=args.rate, repeats=args.repeats, top_k=args.top_k, sampler=args.sampler,
         seed=args.seed, n_startup_trials=args.startup_trials, start_rps=args.start_rate,
+        budget_sweep=args.budget_sweep,
         growth=args.growth, rel_tol=args.rate_tolerance, min_rps=args.min_rate,
         max_levels=args.max_levels, scenario=args.scenario,
         request_timeout_s=args.request_timeout, run_dir=args.run_dir, storage=args.storage,

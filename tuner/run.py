@@ -172,7 +172,7 @@ async def _search(ctx: RunContext, budget: Budget, display: StatusSink) -> Searc
     recovered = recover_stale_trials(ctx.study)
     if recovered:
         display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
-    for note in enqueue_starting_configs(ctx.study, ctx.space, ctx.scenario):
+    for note in enqueue_starting_configs(ctx.study, ctx.space, ctx.scenario, s.budget_sweep):
         display.line(note)
     start = s.start_rps or await _calibrated_start(ctx, display)
     search = RateSearchSettings(

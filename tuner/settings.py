@@ -61,6 +61,7 @@ class TuneSettings:
     sampler: str = SamplerName.TPE.value
     seed: int = 0
     n_startup_trials: int = 5
+    budget_sweep: bool = True  # queue the coarse budget sweep before the sampler
     start_rps: float | None = None  # None: calibrated from a burst of the request list
     growth: float = 2.0
     rel_tol: float = DEFAULT_REL_TOL

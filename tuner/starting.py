@@ -43,12 +43,13 @@ def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[dict[str, Any]
 
 
 def enqueue_starting_configs(
-    study: optuna.Study, space: SearchSpace, scenario: Scenario
+    study: optuna.Study, space: SearchSpace, scenario: Scenario, sweep: bool = True
 ) -> list[str]:
-    """Queue the references and the budget sweep once per study; notes on what was skipped."""
+    """Queue the references and (unless `sweep` is off) the budget sweep once per study; notes
+    on what was skipped."""
     notes = []
     queued = reference_configs(space, scenario)
-    if not has_role(study, Role.SWEEP):
+    if sweep and not has_role(study, Role.SWEEP):
         queued += [(Role.SWEEP, knobs) for knobs in sweep_configs(space, scenario)]
     for role, knobs in queued:
         if role.is_reference and has_role(study, role):

@@ -7,6 +7,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
+from tuner.rules import Scenario
+from tuner.space import build_space
+from tuner.starting import enqueue_starting_configs
 from tuner.study import (
     ROLE,
     CapacityPruner,
@@ -74,3 +77,20 @@ def test_a_study_made_for_another_slo_is_refused(tmp_path):
     open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=30ms"})
     with pytest.raises(TuneError, match="slo='tpot_p99=30ms'"):
         open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=50ms"})
+
+
+def test_budget_sweep_is_queued_unless_turned_off() -> None:
+    """`--no-budget-sweep` leaves the references alone in the queue (plain sampler baselines)."""
+    space = build_space(block_size=16, max_model_len=8192, longest_prompt=7168, params={}, fixed={})
+
+    def queued(sweep: bool) -> list[tuple[str, int]]:
+        study = optuna.create_study(direction="maximize")
+        enqueue_starting_configs(study, space, Scenario.CHAT, sweep=sweep)
+        waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        return [(t.user_attrs[ROLE], t.system_attrs["fixed_params"]["max_num_batched_tokens"])
+                for t in waiting]  # fmt: skip
+
+    with_sweep = queued(True)
+    assert with_sweep[:2] == [(Role.DEFAULT.value, 8192), (Role.RULE_OF_THUMB.value, 4096)]
+    assert [b for r, b in with_sweep if r == Role.SWEEP.value] == [256, 1024, 16384]
+    assert queued(False) == with_sweep[:2]
