@@ -47,7 +47,7 @@ async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
     assert tpot["value_ms"] > tpot["limit_ms"] and not tpot["clears"]
     sentence = same_rate_sentence(same)
     assert sentence.startswith(f"At the recommended {RATE:.2f} req/s the vLLM default misses")
-    assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms)" in sentence
+    assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms; its whole 95% interval" in sentence
     assert "ttft_p99" not in sentence  # only the terms it missed
     # The default's requests are kept, as every measured level's are.
     assert len((tmp_path / RECORDS_FILE).read_text().splitlines()) == 8
@@ -74,3 +74,15 @@ async def test_a_default_that_meets_says_so_and_the_report_shows_both(tmp_path):
 @pytest.mark.parametrize("same", [None, {}])
 def test_no_measurement_no_sentence(same):
     assert same_rate_sentence(same) is None
+
+
+def test_a_miss_the_interval_does_not_settle_is_stated_as_a_point_estimate():
+    term = {"term": "tpot_p99=30ms", "metric": "tpot_p99", "limit_ms": 30.0, "value_ms": 51.9,
+            "low_ms": 20.3, "high_ms": 164.1, "margin": -0.73, "clears": False}  # fmt: skip
+    same = {"rate_rps": 11.58,
+            "default": {"meets_slo": False, "kept_up": True, "served_fraction": 1.0,
+                        "error_rate": 0.0, "terms": [term]},
+            "recommended": {"meets_slo": True, "terms": [term]}}  # fmt: skip
+    sentence = same_rate_sentence(same)
+    assert "tpot_p99 51.9 ms (limit 30 ms; 95% interval 20.3-164.1 ms:" in sentence
+    assert "does not settle it" in sentence
