@@ -14,7 +14,7 @@ from tuner.measure import MAX_ERROR_RATE
 from tuner.objective import CAPACITY, KNOBS, OUTCOME, UPPER
 from tuner.rules import RULE_OF_THUMB_TEXT, Scenario
 from tuner.runfiles import RunFiles, clean_json, trial_levels
-from tuner.same_rate import missed_terms, surely_missed
+from tuner.same_rate import missed_terms, unsettled_interval
 from tuner.study import CONSTRAINTS, ROLE, Role, trial_with_role
 
 CAPACITY_DEFINITION = (
@@ -112,8 +112,9 @@ def summary_line(rec: dict[str, Any]) -> str:
         misses = missed_terms(same["default"])
         what = (f"{misses[0]['metric']} {misses[0]['value_ms']:.1f} ms" if misses
                 else "it falls behind")  # fmt: skip
-        if misses and not surely_missed(misses[0]):
-            what += f", 95% interval {misses[0]['low_ms']:.1f}-{misses[0]['high_ms']:.1f} ms"
+        interval = unsettled_interval(misses[0]) if misses else None
+        if interval:
+            what += f", {interval}"
         text += f"; at that rate the default misses the SLO ({what})"
     return text
 

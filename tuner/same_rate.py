@@ -80,17 +80,20 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     return f"At the recommended {rate:.2f} req/s the vLLM default misses the SLO: {why}."
 
 
-def surely_missed(t: dict[str, Any]) -> bool:
-    """Whether a term's whole bootstrap interval lies above its limit."""
-    return t["low_ms"] > t["limit_ms"]
+def unsettled_interval(t: dict[str, Any]) -> str | None:
+    """'95% interval 20.3-164.1 ms' when a missed term's interval reaches below its limit, None
+    when the whole interval lies above it. One level of ~100 requests pins a p99 loosely, so
+    such a miss is a point estimate, not a settled fact."""
+    if t["low_ms"] > t["limit_ms"]:
+        return None
+    return f"95% interval {t['low_ms']:.1f}-{t['high_ms']:.1f} ms"
 
 
 def _certainty(t: dict[str, Any]) -> str:
-    # One level of ~100 requests pins a p99 loosely: a miss whose interval reaches below the
-    # limit is stated as a point estimate, not as a settled fact.
-    if surely_missed(t):
+    interval = unsettled_interval(t)
+    if interval is None:
         return "its whole 95% interval lies above"
-    return f"95% interval {t['low_ms']:.1f}-{t['high_ms']:.1f} ms: one level does not settle it"
+    return f"{interval}: one level does not settle it"
 
 
 def same_rate_rows(same: dict[str, Any] | None) -> tuple[list[str], list[list[str]]] | None:

@@ -86,7 +86,7 @@ def test_budget_sweep_is_queued_unless_turned_off() -> None:
     def queued(sweep: bool) -> list[tuple[str, int]]:
         study = optuna.create_study(direction="maximize")
         enqueue_starting_configs(study, space, Scenario.CHAT, sweep=sweep)
-        waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        waiting = study.get_trials(states=(TrialState.WAITING,))
         return [(t.user_attrs[ROLE], t.system_attrs["fixed_params"]["max_num_batched_tokens"])
                 for t in waiting]  # fmt: skip
 
