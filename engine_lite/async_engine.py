@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from engine_lite.config import SCHEDULER_KNOBS, EngineConfig
+from engine_lite.defaults import BatchDefaults
 from engine_lite.engine import LLMEngine, Runner, StepResult
 from engine_lite.errors import EngineLiteError
 from engine_lite.outputs import EngineStats, RequestStats, StepStats, TokenEvent
@@ -57,7 +58,17 @@ class AsyncEngine:
 
     @property
     def config(self) -> EngineConfig:
+        """The config in force, its limits resolved for this device."""
         return self._engine.config
+
+    @property
+    def batch_defaults(self) -> BatchDefaults:
+        """The row of vLLM's device table that unset limits take here."""
+        return self._engine.batch_defaults
+
+    @property
+    def block_size(self) -> int:
+        return self._engine.runner.block_size
 
     @property
     def max_model_len(self) -> int:
@@ -180,7 +191,7 @@ class AsyncEngine:
                 f"reconfigure cannot change {unknown[0]!r}; it takes only the scheduler knobs "
                 f"({', '.join(SCHEDULER_KNOBS)})"
             )
-        new_config = self.config.replace(**scheduler_knobs)
+        new_config = self._engine.requested_config.replace(**scheduler_knobs)
         self._admitting.clear()
         try:
             while True:

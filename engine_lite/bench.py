@@ -162,10 +162,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="tiny",
         help="preset name or local Hugging Face folder (default tiny)",
     )
-    ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="token budget (default: vLLM's offline default for the device, 4096 on CPU)",
+    )
+    ap.add_argument(
+        "--max-num-seqs", type=int, default=None, help="default: vLLM's offline default"
+    )
     ap.add_argument("--long-prefill-token-threshold", type=int, default=0)
-    ap.add_argument("--policy", default="decode_first", choices=["decode_first", "prefill_first"])
+    ap.add_argument("--long-prefill-token-threshold-adaptive", action="store_true")
+    ap.add_argument(
+        "--policy",
+        default="decode_first",
+        choices=["decode_first", "prefill_first"],
+        help="engine_lite extension; decode_first is vLLM's order",
+    )
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--num-long", type=int, default=8, help="long prompts among --num-requests")
     ap.add_argument("--short-len", type=int, nargs=2, default=[64, 256], metavar=("MIN", "MAX"))
@@ -190,13 +203,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_engine(args: argparse.Namespace) -> object:
+    from engine_lite.defaults import UsageContext
     from engine_lite.engine import LLMEngine
 
+    seqs = args.max_num_seqs
+    if args.decode_only:  # all N decodes must run at once
+        seqs = max(seqs or 0, args.decode_only)
     config = EngineConfig(
         model=args.model,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=max(args.max_num_seqs, args.decode_only),
+        max_num_seqs=seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=args.long_prefill_token_threshold_adaptive,
         policy=args.policy,
         device=args.device,
         dtype=args.dtype,
@@ -204,7 +222,8 @@ def build_engine(args: argparse.Namespace) -> object:
         num_gpu_blocks_override=args.num_gpu_blocks_override,
         seed=args.seed,
     )
-    return LLMEngine(config)
+    # Like `vllm bench throughput`, an offline run: vLLM's offline defaults apply.
+    return LLMEngine(config, usage=UsageContext.OFFLINE)
 
 
 def bench(args: argparse.Namespace) -> BenchResult:

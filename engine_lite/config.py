@@ -1,4 +1,4 @@
-"""`EngineConfig`: vLLM's knob names and defaults, validated when built."""
+"""`EngineConfig`: vLLM 0.32's knob names, defaults and validation (`SchedulerConfig`)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,38 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from engine_lite.defaults import (
+    BatchDefaults,
+    DeviceInfo,
+    UsageContext,
+    batch_defaults,
+    resolve_batch_limits,
+)
 from engine_lite.errors import EngineLiteError
 
 
 class Policy(enum.StrEnum):
     """Which work takes the step's token budget first."""
 
-    # Every running decode gets its token, then prefill chunks: vLLM V0 chunked-prefill order,
-    # Sarathi-Serve's stall-free batching (OSDI'24).
+    # vLLM 0.32 V1: the running requests (decodes and continuing prefill chunks) in admission
+    # order, then new prompts under what is left. The only order vLLM has.
     DECODE_FIRST = "decode_first"
-    # Prefill chunks take the budget first; decodes get what is left.
+    # engine_lite extension, not deployable on vLLM: continuing and new prefill chunks take
+    # the budget first, decodes get what is left.
     PREFILL_FIRST = "prefill_first"
 
 
-SCHEDULER_KNOBS = (
+# vLLM 0.32's scheduler flags, in the order `vllm serve --help` lists them.
+VLLM_SCHEDULER_KNOBS = (
     "max_num_batched_tokens",
     "max_num_seqs",
     "enable_chunked_prefill",
     "long_prefill_token_threshold",
-    "max_num_partial_prefills",
-    "max_long_partial_prefills",
-    "policy",
+    "long_prefill_token_threshold_adaptive",
 )
+# engine_lite's own knobs that vLLM lacks; a vLLM recommendation leaves them at the default.
+EXTENSION_KNOBS = ("policy",)
+SCHEDULER_KNOBS = VLLM_SCHEDULER_KNOBS + EXTENSION_KNOBS
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,15 +48,18 @@ _BACKENDS = ("auto", "torch", "flash")
 
 @dataclass(slots=True)
 class EngineConfig:
-    """Everything that shapes one engine; defaults are `vllm serve`'s."""
+    """Everything that shapes one engine; defaults are `vllm serve`'s.
+
+    `max_num_batched_tokens` and `max_num_seqs` left as None take vLLM 0.32's value for the
+    device the engine runs on (`engine_lite.defaults`), resolved once the device is known.
+    """
 
     model: str = "tiny"
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
-    max_num_partial_prefills: int = 1
-    max_long_partial_prefills: int = 1
+    long_prefill_token_threshold_adaptive: bool = False
     policy: Policy = Policy.DECODE_FIRST
     block_size: int | None = None
     num_gpu_blocks_override: int | None = None
@@ -67,8 +80,28 @@ class EngineConfig:
             self.check_max_model_len(self.max_model_len)
 
     def scheduler_knobs(self) -> dict[str, Any]:
-        """The seven scheduler fields, as `dataclasses.replace(cfg, **knobs)` takes them."""
+        """The scheduler fields, as `dataclasses.replace(cfg, **knobs)` takes them."""
         return {name: getattr(self, name) for name in SCHEDULER_KNOBS}
+
+    def resolved(
+        self, device: DeviceInfo, max_model_len: int, usage: UsageContext = UsageContext.SERVER
+    ) -> tuple[EngineConfig, BatchDefaults]:
+        """This config with unset limits filled from vLLM's table for `device`, and the row."""
+        defaults = batch_defaults(device, usage)
+        tokens, seqs = resolve_batch_limits(
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            self.enable_chunked_prefill,
+            max_model_len,
+            defaults,
+        )
+        config = dataclasses.replace(self, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+        config.check_max_model_len(max_model_len)
+        return config, defaults
+
+    def is_vllm_deployable(self) -> bool:
+        """False when an engine_lite extension is set away from what vLLM does."""
+        return self.policy is Policy.DECODE_FIRST
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A validated copy with `changes` applied (unknown names are an error, not a typo)."""
@@ -82,7 +115,8 @@ class EngineConfig:
 
     def check_max_model_len(self, max_model_len: int) -> None:
         """Checks that need the model's context length (called again once the model is loaded)."""
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
+        budget = self.max_num_batched_tokens
+        if not self.enable_chunked_prefill and budget is not None and budget < max_model_len:
             # vLLM SchedulerConfig._verify_args: without chunking a prompt must fit one step.
             raise EngineLiteError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
@@ -90,61 +124,42 @@ class EngineConfig:
                 "prompts could never be scheduled; raise max_num_batched_tokens, lower "
                 "max_model_len, or enable chunked prefill"
             )
-        # vLLM checks this only with concurrent partial prefills; a larger threshold is
-        # otherwise harmless (no prompt can exceed it).
-        if self.max_num_partial_prefills > 1 and self.long_prefill_token_threshold > max_model_len:
+        if self.long_prefill_token_threshold > max_model_len:
             raise EngineLiteError(
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
                 f"max_model_len={max_model_len}; set it to at most max_model_len (0 = off)"
             )
 
     def _check_types(self) -> None:
+        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _check_int("seed", self.seed, minimum=0)
         for name in (
             "max_num_batched_tokens",
             "max_num_seqs",
-            "max_num_partial_prefills",
-            "max_long_partial_prefills",
+            "block_size",
+            "num_gpu_blocks_override",
+            "max_model_len",
         ):
-            _check_int(name, getattr(self, name), minimum=1)
-        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        _check_int("seed", self.seed, minimum=0)
-        for name in ("block_size", "num_gpu_blocks_override", "max_model_len"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)
-        if not isinstance(self.enable_chunked_prefill, bool):
-            raise EngineLiteError(
-                f"enable_chunked_prefill={self.enable_chunked_prefill!r} is invalid; "
-                "use True or False"
-            )
+        for name in ("enable_chunked_prefill", "long_prefill_token_threshold_adaptive"):
+            if not isinstance(getattr(self, name), bool):
+                raise EngineLiteError(
+                    f"{name}={getattr(self, name)!r} is invalid; use True or False"
+                )
         if not isinstance(self.model, str) or not self.model:
             raise EngineLiteError(
                 f"model={self.model!r} is invalid; use a preset name or a model folder"
             )
 
     def _check_scheduler_knobs(self) -> None:
-        # Each check mirrors vLLM's SchedulerConfig._verify_args.
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        # vLLM 0.32 SchedulerConfig.verify_max_model_len; checked again after defaults resolve.
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if tokens is not None and seqs is not None and tokens < seqs:
             raise EngineLiteError(
-                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
-                f"max_num_seqs={self.max_num_seqs}, so a full batch of decodes could not fit "
-                "one step; raise max_num_batched_tokens or lower max_num_seqs"
-            )
-        if self.long_prefill_token_threshold > self.max_num_batched_tokens:
-            raise EngineLiteError(
-                f"long_prefill_token_threshold={self.long_prefill_token_threshold} exceeds "
-                f"max_num_batched_tokens={self.max_num_batched_tokens} and would never bind; "
-                "set it to at most max_num_batched_tokens (0 = off)"
-            )
-        if self.max_num_partial_prefills > 1 and not self.enable_chunked_prefill:
-            raise EngineLiteError(
-                f"max_num_partial_prefills={self.max_num_partial_prefills} needs chunked "
-                "prefill; set enable_chunked_prefill=True or max_num_partial_prefills=1"
-            )
-        if self.max_long_partial_prefills > self.max_num_partial_prefills:
-            raise EngineLiteError(
-                f"max_long_partial_prefills={self.max_long_partial_prefills} exceeds "
-                f"max_num_partial_prefills={self.max_num_partial_prefills}; set it to at most "
-                "max_num_partial_prefills"
+                f"max_num_batched_tokens={tokens} is smaller than max_num_seqs={seqs}, so a "
+                "full batch of decodes could not fit one step; raise max_num_batched_tokens "
+                "or lower max_num_seqs"
             )
 
     def _check_cache_and_device(self) -> None:

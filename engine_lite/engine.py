@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine_lite.config import SCHEDULER_KNOBS, EngineConfig
+from engine_lite.defaults import BatchDefaults, DeviceInfo, UsageContext
 from engine_lite.errors import EngineLiteError
 from engine_lite.outputs import EngineStats, RequestStats, StepStats, TokenEvent
 from engine_lite.request import Request, RequestStatus
@@ -23,6 +24,7 @@ class Runner(Protocol):
 
     num_kv_blocks: int
     block_size: int
+    device_info: DeviceInfo
     max_model_len: int
     vocab_size: int
     eos_token_id: int | None
@@ -40,6 +42,7 @@ class StepResult:
     events: list[tuple[str, TokenEvent]]
     finished: list[RequestStats]
     stats: StepStats
+    preempted_req_ids: list[str]
 
 
 class LLMEngine:
@@ -50,22 +53,33 @@ class LLMEngine:
         config: EngineConfig,
         runner: Runner | None = None,
         clock: Callable[[], float] = time.monotonic,
+        usage: UsageContext = UsageContext.SERVER,
     ) -> None:
         if runner is None:
             # Resolved at run time: importing engine_lite, or type-checking its pure parts,
             # never loads torch; only building a real model does.
-            runner = importlib.import_module("engine_lite.runner").ModelRunner(config)
+            runner = importlib.import_module("engine_lite.runner").ModelRunner(config, usage)
         self.runner: Runner = runner
         self.clock = clock
+        self.usage = usage
         self.max_model_len = runner.max_model_len
         self.vocab_size = runner.vocab_size
         self.eos_token_id = runner.eos_token_id
-        self.config = config
-        self.scheduler = self._make_scheduler(config)
+        # What the caller asked for (None = vLLM's default), and what that resolved to here.
+        self.requested_config = config
+        self.config, self.batch_defaults = self._resolve(config)
+        self.scheduler = self._make_scheduler(self.config)
         self.num_steps_total = 0
         self._preemptions_earlier = 0  # from schedulers replaced by reconfigure()
         self._pending_release: list[str] = []
+        # Ids in the step whose forward is running now, and aborted requests among them whose
+        # KV blocks wait for that step to end: the runner reads their block tables unlocked.
+        self._in_step: set[str] = set()
+        self._deferred_free: list[Request] = []
         self._ids = itertools.count()
+
+    def _resolve(self, config: EngineConfig) -> tuple[EngineConfig, BatchDefaults]:
+        return config.resolved(self.runner.device_info, self.max_model_len, self.usage)
 
     def _make_scheduler(self, config: EngineConfig) -> Scheduler:
         return Scheduler(
@@ -119,10 +133,18 @@ class LLMEngine:
         return req
 
     def abort_request(self, request_id: str) -> RequestStats | None:
-        """Free the request's KV blocks now; returns its stats, None if not in flight."""
-        req = self.scheduler.abort_request(request_id)
+        """End the request now; returns its stats, None if not in flight.
+
+        Its KV blocks are freed at once, or when the current step ends if that step's forward
+        (running outside the engine lock) includes it: an abort never changes a batch that
+        is being computed.
+        """
+        in_step = request_id in self._in_step
+        req = self.scheduler.abort_request(request_id, free_blocks=not in_step)
         if req is None:
             return None
+        if in_step:
+            self._deferred_free.append(req)
         # The runner may be mid-forward on another thread: drop its state before the next step.
         self._pending_release.append(request_id)
         return _request_stats(req, self.clock())
@@ -141,7 +163,9 @@ class LLMEngine:
     def begin_step(self) -> SchedulerOutput:
         """Release aborted requests' runner state, then schedule (call under the engine lock)."""
         self.release_pending()
-        return self.scheduler.schedule()
+        out = self.scheduler.schedule()
+        self._in_step = {req.request_id for req, _ in out.scheduled}
+        return out
 
     def release_pending(self) -> None:
         while self._pending_release:
@@ -178,26 +202,35 @@ class LLMEngine:
             )
             events.append((req.request_id, event))
         self.scheduler.finish_requests(done)
+        self._end_step()
         finished = []
         for req, _ in done:
             self.runner.release(req.request_id)
             finished.append(_request_stats(req, tokens_s))
         self.num_steps_total += 1
-        return StepResult(events, finished, self._step_stats(out, start_s, tokens_s))
+        stats = self._step_stats(out, start_s, tokens_s)
+        return StepResult(events, finished, stats, out.preempted_req_ids)
+
+    def _end_step(self) -> None:
+        """The forward is over: blocks of requests aborted during it can go back now."""
+        self._in_step = set()
+        for req in self._deferred_free:
+            self.scheduler.block_manager.free(req)
+        self._deferred_free = []
 
     def _check_stop(self, req: Request, tok: int) -> RequestStatus | None:
-        # Same order as vLLM V1 `check_stop`: length caps first, then EOS / stop ids, which
-        # only count once min_tokens outputs exist.
+        # vLLM 0.32 `check_stop` (v1/core/sched/utils.py): EOS, then stop ids, then the length
+        # caps. vLLM masks EOS and stop ids in the logits until min_tokens outputs exist; here
+        # they simply do not count until then.
         params = req.sampling_params
         num_out = len(req.output_token_ids)
+        if num_out >= params.min_tokens:
+            if tok == self.eos_token_id and not params.ignore_eos:
+                return RequestStatus.FINISHED_STOPPED
+            if tok in params.stop_token_ids:
+                return RequestStatus.FINISHED_STOPPED
         if num_out >= params.max_tokens or req.num_tokens >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
-        if num_out < params.min_tokens:
-            return None
-        if tok == self.eos_token_id and not params.ignore_eos:
-            return RequestStatus.FINISHED_STOPPED
-        if tok in params.stop_token_ids:
-            return RequestStatus.FINISHED_STOPPED
         return None
 
     def _step_stats(self, out: SchedulerOutput, start_s: float, tokens_s: float) -> StepStats:
@@ -223,10 +256,13 @@ class LLMEngine:
     # ---- configuration and stats --------------------------------------------------------
 
     def reconfigure(self, config: EngineConfig) -> None:
-        """Swap in new scheduler knobs; weights and KV tensors stay. Only when idle."""
+        """Swap in new scheduler knobs; weights and KV tensors stay. Only when idle.
+
+        `config` is what the caller asks for: limits left as None take the device default.
+        """
         for f in dataclasses.fields(config):
             if f.name not in SCHEDULER_KNOBS and getattr(config, f.name) != getattr(
-                self.config, f.name
+                self.requested_config, f.name
             ):
                 raise EngineLiteError(
                     f"reconfigure cannot change {f.name}; it changes only the scheduler knobs "
@@ -236,9 +272,11 @@ class LLMEngine:
             raise EngineLiteError(
                 "reconfigure needs an idle engine; wait for in-flight requests or abort them"
             )
-        scheduler = self._make_scheduler(config)  # validates against max_model_len first
+        resolved, defaults = self._resolve(config)
+        scheduler = self._make_scheduler(resolved)  # validates against max_model_len first
         self._preemptions_earlier += self.scheduler.num_preemptions_total
-        self.scheduler, self.config = scheduler, config
+        self.scheduler, self.config, self.batch_defaults = scheduler, resolved, defaults
+        self.requested_config = config
 
     def stats(self) -> EngineStats:
         sched = self.scheduler

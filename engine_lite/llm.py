@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine_lite.config import EngineConfig
+from engine_lite.defaults import UsageContext
 from engine_lite.engine import LLMEngine, Runner
 from engine_lite.errors import EngineLiteError
 from engine_lite.outputs import CompletionOutput, RequestOutput, RequestStats
@@ -21,7 +22,8 @@ class LLM:
             config = EngineConfig(model=model, **knobs)
         except TypeError as exc:  # an unknown keyword: name it instead of a traceback
             raise EngineLiteError(f"{exc}; see EngineConfig for the valid options") from None
-        self.engine = LLMEngine(config, runner=runner)
+        # vLLM's offline class has its own defaults (4096 / 256 on CPU, not the server's).
+        self.engine = LLMEngine(config, runner=runner, usage=UsageContext.OFFLINE)
 
     @property
     def max_model_len(self) -> int:

@@ -18,6 +18,7 @@ import torch
 from engine_lite.attention import StepBatch, create_backend, default_block_size, resolve_backend
 from engine_lite.attention.kv_cache import allocate_kv_cache, num_kv_blocks
 from engine_lite.config import EngineConfig
+from engine_lite.defaults import CPU_DEVICE, DeviceInfo, UsageContext
 from engine_lite.errors import EngineLiteError
 from engine_lite.models import ModelConfig, build_model, resolve_model
 from engine_lite.request import Request
@@ -40,9 +41,9 @@ class StepInputs:
 class ModelRunner:
     """Owns the weights, the KV cache and the sampler; runs one step at a time."""
 
-    def __init__(self, config: EngineConfig) -> None:
-        self.config = config
+    def __init__(self, config: EngineConfig, usage: UsageContext = UsageContext.SERVER) -> None:
         self.device = resolve_device(config.device)
+        self.device_info = describe_device(self.device)
         self.dtype = _DTYPES.get(config.dtype) or (
             torch.bfloat16 if self.device.type == "cuda" else torch.float32
         )
@@ -53,7 +54,9 @@ class ModelRunner:
         self.attention_backend = resolve_backend(config.attention_backend, self.device, self.dtype)
         self.block_size = config.block_size or default_block_size(self.attention_backend)
         self.max_model_len = resolve_max_model_len(config, self.model_config)
-        config.check_max_model_len(self.max_model_len)
+        # The KV sizing needs the resolved budget; the engine resolves the same way.
+        config, _ = config.resolved(self.device_info, self.max_model_len, usage)
+        self.config = config
         cfg = self.model_config
         self.backend = create_backend(
             self.attention_backend,
@@ -190,6 +193,14 @@ def keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
     libc.mallopt(m_mmap_threshold, 1 << 30)
     libc.mallopt(m_trim_threshold, 1 << 30)
+
+
+def describe_device(device: torch.device) -> DeviceInfo:
+    """What vLLM's default table looks at: platform, device name and total memory."""
+    if device.type != "cuda":
+        return CPU_DEVICE
+    props = torch.cuda.get_device_properties(device)
+    return DeviceInfo("cuda", props.name, int(props.total_memory))
 
 
 def resolve_device(device: str) -> torch.device:

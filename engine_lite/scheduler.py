@@ -1,15 +1,16 @@
 """Pure chunked-prefill scheduling: which requests get how many tokens in the next step.
 
 No torch and no clock: the engine passes requests in and reads a `SchedulerOutput` back.
-Order and limits follow vLLM V0's chunked-prefill scheduler (`vllm/core/scheduler.py`,
-`_schedule_chunked_prefill`, `PartialPrefillMetadata`) and Sarathi-Serve's stall-free batching
-(Agrawal et al., OSDI'24); the per-request cap is vLLM V1's `long_prefill_token_threshold`.
+The rules are vLLM 0.32's V1 scheduler (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`;
+line numbers below are that file's in the 0.32.0 release) for everything engine_lite models;
+prefix caching, speculative decoding, async scheduling, encoders and KV connectors it does
+not model. `tests/engine_lite/test_vllm_fidelity.py` checks it step by step against vLLM's own.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine_lite.block_manager import BlockManager
 from engine_lite.config import EngineConfig, Policy
@@ -21,11 +22,10 @@ from engine_lite.request import Request, RequestStatus
 class SchedulerOutput:
     """The only thing the runner sees: which requests run how many tokens, in batch order."""
 
-    num_scheduled_tokens: dict[str, int]
-    scheduled: list[tuple[Request, int]]
-    preempted_req_ids: list[str]
-    num_prefill_tokens: int
-    num_decode_tokens: int
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    preempted_req_ids: list[str] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
     num_prefill_reqs: int = 0
     num_decode_reqs: int = 0
 
@@ -33,61 +33,82 @@ class SchedulerOutput:
     def total_num_scheduled_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
 
+    def count_kinds(self) -> None:
+        """Prefill and decode totals of the final batch."""
+        for req, n in self.scheduled:
+            if req.is_prefill:
+                self.num_prefill_tokens += n
+                self.num_prefill_reqs += 1
+            else:
+                self.num_decode_tokens += n
+                self.num_decode_reqs += 1
 
-def effective_long_prefill_threshold(config: EngineConfig, max_model_len: int) -> int:
-    """The threshold in force: the knob, or vLLM's default of 4% of max_model_len when
-    several partial prefills are allowed and the knob is 0 (vLLM `SchedulerConfig`).
-    Without chunked prefill there is none: a prompt runs whole or waits."""
-    if not config.enable_chunked_prefill:
-        return 0
-    if config.long_prefill_token_threshold > 0:
-        return config.long_prefill_token_threshold
-    if config.max_num_partial_prefills > 1:
-        return max(1, int(max_model_len * 0.04))
-    return 0
+
+def step_threshold(
+    config: EngineConfig, token_budget: int, num_running: int, num_waiting: int
+) -> int:
+    """The per-request chunk cap in force this step (0 = none).
+
+    vLLM drops `long_prefill_token_threshold` when running + waiting <= 1: a lone request has
+    nobody to starve (scheduler.py 638-646). The adaptive switch floors it at the budget's
+    fair share, budget // (running + waiting) (647-651).
+    """
+    eligible = num_running + num_waiting
+    threshold = config.long_prefill_token_threshold if eligible > 1 else 0
+    if threshold > 0 and config.long_prefill_token_threshold_adaptive:
+        threshold = max(threshold, token_budget // eligible)
+    return threshold
 
 
 class _Step:
-    """Working state of one `schedule()` call."""
+    """Working state of one `schedule()` call: the output so far and the budget left."""
 
-    __slots__ = ("budget_left", "long_ids", "partial_ids", "preempted", "scheduled", "slot_budget")
+    __slots__ = ("budget", "out", "threshold")
 
-    def __init__(self, token_budget: int) -> None:
-        self.budget_left = token_budget
-        self.slot_budget = token_budget
-        # request_id -> (request, tokens, is_prefill), insertion order = batch order
-        self.scheduled: dict[str, tuple[Request, int, bool]] = {}
-        self.preempted: list[str] = []
-        # Requests that will still be mid-prefill after this step, and the long ones among them.
-        self.partial_ids: set[str] = set()
-        self.long_ids: set[str] = set()
+    def __init__(self, budget: int, threshold: int) -> None:
+        self.out = SchedulerOutput()
+        self.budget = budget
+        self.threshold = threshold
 
-    def add(self, req: Request, n: int, is_prefill: bool) -> None:
-        self.scheduled[req.request_id] = (req, n, is_prefill)
-        self.budget_left -= n
+    def chunk(self, req: Request) -> int:
+        """min(tokens left, threshold when in force, budget left): vLLM's rule in both passes
+        (scheduler.py 705-712 and 1155-1169)."""
+        n = req.num_uncomputed_tokens  # a resumed request recomputes its outputs too
+        if 0 < self.threshold < n:
+            n = self.threshold
+        return n
+
+    def add(self, req: Request, n: int) -> None:
+        self.out.scheduled.append((req, n))
+        self.budget -= n
 
     def unschedule(self, req: Request) -> None:
-        entry = self.scheduled.pop(req.request_id, None)
-        if entry is not None:
-            self.budget_left += entry[1]
-        self.partial_ids.discard(req.request_id)
-        self.long_ids.discard(req.request_id)
+        """Only prefill-first can preempt a request it already scheduled in this step
+        (a new prompt admitted before the decodes); FCFS never does."""
+        for i, (r, n) in enumerate(self.out.scheduled):
+            if r is req:
+                del self.out.scheduled[i]
+                self.budget += n
+                return
 
 
 class Scheduler:
-    """Token budget, sequence limit, partial-prefill limits and paged KV blocks, per step."""
+    """Token budget, sequence limit and paged KV blocks, per step, as vLLM 0.32 V1."""
 
     def __init__(
         self, config: EngineConfig, num_blocks: int, block_size: int, max_model_len: int
     ) -> None:
+        if config.max_num_batched_tokens is None or config.max_num_seqs is None:
+            raise EngineLiteError(
+                "the scheduler needs resolved limits; build it from EngineConfig.resolved()"
+            )
         config.check_max_model_len(max_model_len)
         self.config = config
         self.block_manager = BlockManager(num_blocks, block_size)
         self.max_model_len = max_model_len
-        self.token_budget = config.max_num_batched_tokens
-        self.max_num_seqs = config.max_num_seqs
+        self.token_budget: int = config.max_num_batched_tokens
+        self.max_num_seqs: int = config.max_num_seqs
         self.chunked = config.enable_chunked_prefill
-        self.long_prefill_threshold = effective_long_prefill_threshold(config, max_model_len)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: the last one is the newest
         self.num_preemptions_total = 0
@@ -107,12 +128,6 @@ class Scheduler:
                 f"({bm.num_blocks} blocks of {bm.block_size}); shorten the prompt, lower "
                 "max_tokens, or raise num_gpu_blocks_override / kv_cache_memory_gb"
             )
-        if not self.chunked and peak > self.token_budget:
-            raise EngineLiteError(
-                f"a {num_prompt_tokens}-token prompt with max_tokens={max_tokens} may need a "
-                f"{peak}-token prefill, over max_num_batched_tokens={self.token_budget} with "
-                "enable_chunked_prefill=False; raise max_num_batched_tokens or enable chunking"
-            )
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self._requests:
@@ -124,8 +139,12 @@ class Scheduler:
         self._requests[request.request_id] = request
         self.waiting.append(request)
 
-    def abort_request(self, request_id: str) -> Request | None:
-        """Drop a request wherever it is and free its blocks now; None if unknown/finished."""
+    def abort_request(self, request_id: str, free_blocks: bool = True) -> Request | None:
+        """Drop a request wherever it is; None if unknown or finished.
+
+        With `free_blocks=False` its KV blocks stay allocated: a forward that is running now
+        still reads its block table, so the engine frees them when that step ends.
+        """
         req = self._requests.pop(request_id, None)
         if req is None:
             return None
@@ -133,7 +152,8 @@ class Scheduler:
             self.waiting.remove(req)
         else:
             self.running.remove(req)
-        self.block_manager.free(req)
+        if free_blocks:
+            self.block_manager.free(req)
         req.status = RequestStatus.FINISHED_ABORTED
         return req
 
@@ -165,159 +185,85 @@ class Scheduler:
     # ---- one step ---------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        step = _Step(self.token_budget)
-        decodes, prefills = self._split_running(step)
+        threshold = step_threshold(
+            self.config, self.token_budget, len(self.running), len(self.waiting)
+        )
+        step = _Step(self.token_budget, threshold)
         if self.config.policy is Policy.DECODE_FIRST:
-            self._schedule_running(step, decodes, is_prefill=False)
-            self._schedule_running(step, prefills, is_prefill=True)
+            self._schedule_running(step, self.running)
             self._schedule_waiting(step)
-        else:
-            self._schedule_running(step, prefills, is_prefill=True)
+        else:  # engine_lite extension: prefill chunks before decodes
+            prefills = [r for r in self.running if r.is_prefill]
+            decodes = [r for r in self.running if not r.is_prefill]
+            self._schedule_running(step, prefills)
             self._schedule_waiting(step)
-            self._schedule_running(step, decodes, is_prefill=False)
-        out = self._build_output(step)
-        self._check_invariants(out)
-        return out
+            self._schedule_running(step, decodes)
+        step.out.count_kinds()
+        self._check_invariants(step.out)
+        return step.out
 
-    def _split_running(self, step: _Step) -> tuple[list[Request], list[Request]]:
-        """Running decodes and running mid-prefill requests, in admission order; the latter
-        count as partial prefills (and long ones as long) until their prefill completes."""
-        threshold = self.long_prefill_threshold
-        decodes: list[Request] = []
-        prefills: list[Request] = []
-        for req in self.running:
-            if req.is_prefill:
-                prefills.append(req)
-                step.partial_ids.add(req.request_id)
-                if threshold and req.num_uncomputed_tokens > threshold:
-                    step.long_ids.add(req.request_id)
-            else:
-                decodes.append(req)
-        step.slot_budget = self._partial_prefill_slot_budget(step)
-        return decodes, prefills
-
-    def _partial_prefill_slot_budget(self, step: _Step) -> int:
-        """vLLM V0 splits the budget evenly over the prefills that can run at once
-        (`PartialPrefillMetadata.from_queues`, `partial_prefill_budget_lookup_list`)."""
-        max_partial = self.config.max_num_partial_prefills
-        if max_partial == 1:
-            return self.token_budget
-        prefills, longs = len(step.partial_ids), len(step.long_ids)
-        for req in self.waiting:
-            if prefills >= max_partial:
+    def _schedule_running(self, step: _Step, reqs: list[Request]) -> None:
+        """vLLM's running pass (scheduler.py 653-848): each request in admission order gets
+        its chunk; when its blocks do not fit, the newest running request is preempted until
+        they do, and if that was the request itself, the pass ends."""
+        index = 0
+        while index < len(reqs) and step.budget > 0:
+            req = reqs[index]
+            index += 1
+            if req.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this step (prefill-first's second pass)
+            n = min(step.chunk(req), step.budget)
+            if not self._allocate_or_preempt(req, n, step):
                 break
-            if req.num_uncomputed_tokens > self.long_prefill_threshold:
-                if longs >= self.config.max_long_partial_prefills:
-                    continue
-                longs += 1
-            prefills += 1
-        # At least 1 token, or a budget smaller than the prefill count would stall them all.
-        return max(1, self.token_budget // max(1, min(prefills, max_partial)))
-
-    def _prefill_chunk(self, req: Request, step: _Step) -> int:
-        remaining = req.num_uncomputed_tokens
-        if not self.chunked:
-            return remaining if remaining <= step.budget_left else 0
-        n = min(remaining, step.budget_left, step.slot_budget)
-        if self.long_prefill_threshold:
-            n = min(n, self.long_prefill_threshold)
-        return n
-
-    def _schedule_running(self, step: _Step, reqs: list[Request], is_prefill: bool) -> None:
-        running = RequestStatus.RUNNING
-        for req in reqs:
-            if step.budget_left <= 0:
-                return
-            if req.status is not running:
-                continue  # preempted earlier in this step
-            n = self._prefill_chunk(req, step) if is_prefill else 1
-            if n == 0 or not self._allocate_or_preempt(req, n, step):
-                continue
-            step.add(req, n, is_prefill)
-            if is_prefill and n == req.num_uncomputed_tokens:
-                step.partial_ids.discard(req.request_id)  # its prefill completes this step
-
-    def _schedule_waiting(self, step: _Step) -> None:
-        # vLLM V1: a step that had to preempt admits nothing new (memory is already short).
-        if step.preempted:
-            return
-        waiting, threshold = self.waiting, self.long_prefill_threshold
-        skipped: list[Request] = []
-        while waiting and step.budget_left > 0 and len(self.running) < self.max_num_seqs:
-            req = waiting[0]
-            n = self._prefill_chunk(req, step)
-            if n == 0:
-                break  # unchunked: the head prompt must fit whole; keep FCFS order
-            remaining = req.num_uncomputed_tokens
-            partial = n < remaining
-            is_long = bool(threshold) and remaining > threshold
-            if partial and not self._may_start_partial(step, is_long):
-                # vLLM V0 `PartialPrefillMetadata.can_schedule`: shorter prompts go first.
-                skipped.append(waiting.popleft())
-                continue
-            if not self.block_manager.allocate(req, n):
-                break  # new work never preempts running work
-            waiting.popleft()
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            step.add(req, n, True)
-            if partial:
-                step.partial_ids.add(req.request_id)
-                if is_long:
-                    step.long_ids.add(req.request_id)
-        if skipped:
-            waiting.extendleft(reversed(skipped))
-
-    def _may_start_partial(self, step: _Step, is_long: bool) -> bool:
-        if len(step.partial_ids) >= self.config.max_num_partial_prefills:
-            return False
-        return not is_long or len(step.long_ids) < self.config.max_long_partial_prefills
+            step.add(req, n)
 
     def _allocate_or_preempt(self, req: Request, n: int, step: _Step) -> bool:
-        """Get blocks for `req`'s next n positions, preempting the newest running requests
-        (possibly `req` itself, then False) by recompute until they fit."""
+        """Blocks for `req`'s next n positions, preempting `running[-1]` by recompute until
+        they fit; False once `req` itself was preempted (scheduler.py 776-843)."""
         target = req.num_computed_tokens + n
         while not self.block_manager.allocate(req, target):
-            victim = self.running[-1]
-            self._preempt(victim, step)
+            victim = self.running.pop()
+            step.unschedule(victim)
+            self._preempt(victim, step.out)
             if victim is req:
                 return False
         return True
 
-    def _preempt(self, victim: Request, step: _Step) -> None:
-        # Recompute preemption (vLLM PreemptionMode.RECOMPUTE): outputs are kept, KV is not,
-        # so the next prefill covers prompt + outputs so far.
-        self.running.pop()
-        step.unschedule(victim)
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        # `_preempt_request` (scheduler.py 1571-1614): blocks freed, computed tokens reset,
+        # outputs kept, back to the front of the waiting queue; the next prefill covers
+        # prompt + outputs so far.
         self.block_manager.free(victim)
         victim.num_computed_tokens = 0
         victim.status = RequestStatus.WAITING
         victim.num_preemptions += 1
         self.waiting.appendleft(victim)
-        step.preempted.append(victim.request_id)
+        out.preempted_req_ids.append(victim.request_id)
         self.num_preemptions_total += 1
 
-    def _build_output(self, step: _Step) -> SchedulerOutput:
-        scheduled: list[tuple[Request, int]] = []
-        num_tokens: dict[str, int] = {}
-        prefill_tokens = decode_tokens = prefill_reqs = 0
-        for rid, (req, n, is_prefill) in step.scheduled.items():
-            scheduled.append((req, n))
-            num_tokens[rid] = n
-            if is_prefill:
-                prefill_tokens += n
-                prefill_reqs += 1
-            else:
-                decode_tokens += n
-        return SchedulerOutput(
-            num_scheduled_tokens=num_tokens,
-            scheduled=scheduled,
-            preempted_req_ids=step.preempted,
-            num_prefill_tokens=prefill_tokens,
-            num_decode_tokens=decode_tokens,
-            num_prefill_reqs=prefill_reqs,
-            num_decode_reqs=len(scheduled) - prefill_reqs,
-        )
+    def _schedule_waiting(self, step: _Step) -> None:
+        """vLLM's waiting pass (scheduler.py 900-1380), skipped in a step that preempted:
+        FCFS admission while budget and `max_num_seqs` allow, each prompt only if the whole
+        of it fits in free KV blocks (`scheduler_reserve_full_isl`, kv_cache_manager.py
+        520-539); the first one that does not fit stops the pass."""
+        if step.out.preempted_req_ids:
+            return
+        waiting, bm = self.waiting, self.block_manager
+        while step.budget > 0 and waiting and len(self.running) < self.max_num_seqs:
+            req = waiting[0]
+            n = step.chunk(req)
+            if not self.chunked and n > step.budget:
+                break  # a prompt runs whole or waits; FCFS order holds
+            n = min(n, step.budget)
+            full = min(req.num_tokens, self.max_model_len)
+            if bm.blocks_for(full) - len(req.block_table) > bm.num_free_blocks:
+                break
+            if not bm.allocate(req, req.num_computed_tokens + n):
+                break
+            waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            step.add(req, n)
 
     def _check_invariants(self, out: SchedulerOutput) -> None:
         assert out.total_num_scheduled_tokens <= self.token_budget, "token budget exceeded"
@@ -325,9 +271,7 @@ class Scheduler:
         block_size, running = self.block_manager.block_size, RequestStatus.RUNNING
         for req, n in out.scheduled:
             end = req.num_computed_tokens + n
-            num_tokens = len(req.prompt_token_ids) + len(req.output_token_ids)
             assert n >= 1, f"{req.request_id} scheduled for {n} tokens"
             assert req.status is running, f"{req.request_id} is {req.status}"
-            assert end <= num_tokens, f"{req.request_id} scheduled past its known tokens"
+            assert end <= req.num_tokens, f"{req.request_id} scheduled past its known tokens"
             assert len(req.block_table) * block_size >= end, f"{req.request_id} lacks blocks"
-            assert self.chunked or end == num_tokens, f"{req.request_id} was chunked"

@@ -18,13 +18,12 @@ ENGINE_INT_FLAGS = (
     "max_num_batched_tokens",
     "max_num_seqs",
     "long_prefill_token_threshold",
-    "max_num_partial_prefills",
-    "max_long_partial_prefills",
     "block_size",
     "num_gpu_blocks_override",
 )
 ENGINE_OTHER_FLAGS = (
     "enable_chunked_prefill",
+    "long_prefill_token_threshold_adaptive",
     "policy",
     "kv_cache_memory_gb",
     "gpu_memory_utilization",
@@ -38,8 +37,6 @@ _ENGINE_HELP = {
     "max_num_batched_tokens": "token budget of one step",
     "max_num_seqs": "most running requests",
     "long_prefill_token_threshold": "most prompt tokens per request per step (0 = off)",
-    "max_num_partial_prefills": "prompts mid-prefill at once",
-    "max_long_partial_prefills": "of those, how many long",
     "block_size": "tokens per KV block",
     "num_gpu_blocks_override": "KV cache size in blocks",
 }
@@ -118,7 +115,17 @@ def build_parser() -> OneLineParser:
     for name in ENGINE_INT_FLAGS:
         e.add_argument("--" + name.replace("_", "-"), type=int, help=_ENGINE_HELP.get(name))
     e.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
-    e.add_argument("--policy", choices=["decode_first", "prefill_first"])
+    e.add_argument(
+        "--long-prefill-token-threshold-adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="floor the threshold at budget / (running + waiting)",
+    )
+    e.add_argument(
+        "--policy",
+        choices=["decode_first", "prefill_first"],
+        help="engine_lite extension: decode_first is vLLM's order",
+    )
     e.add_argument("--kv-cache-memory-gb", type=float)
     e.add_argument("--gpu-memory-utilization", type=float)
     e.add_argument("--device")

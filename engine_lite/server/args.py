@@ -18,8 +18,7 @@ ENGINE_FIELDS = (
     "max_num_seqs",
     "enable_chunked_prefill",
     "long_prefill_token_threshold",
-    "max_num_partial_prefills",
-    "max_long_partial_prefills",
+    "long_prefill_token_threshold_adaptive",
     "policy",
     "block_size",
     "num_gpu_blocks_override",
@@ -67,10 +66,19 @@ _INT1 = _number(int, 1, "an integer")
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Adds the engine flags; unset flags keep `EngineConfig`'s (vLLM's) defaults."""
-    g = parser.add_argument_group("engine (vLLM flag names; defaults are vllm serve's)")
+    g = parser.add_argument_group("engine (vLLM 0.32 flag names; defaults are vllm serve's)")
     g.add_argument("--model", default="tiny", help="preset name or local Hugging Face folder")
-    g.add_argument("--max-num-batched-tokens", type=_INT1, help="token budget of one step")
-    g.add_argument("--max-num-seqs", type=_INT1, help="most running requests")
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=_INT1,
+        help="token budget of one step (default: vLLM's for the device: 2048 on CPU, "
+        "8192 on H100/H200)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=_INT1,
+        help="most running requests (default: vLLM's for the device: 128 on CPU, 1024 on H100)",
+    )
     g.add_argument(
         "--enable-chunked-prefill",
         action=argparse.BooleanOptionalAction,
@@ -82,9 +90,18 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         type=_INT0,
         help="most prompt tokens per request per step (0 = off)",
     )
-    g.add_argument("--max-num-partial-prefills", type=_INT1, help="prompts mid-prefill at once")
-    g.add_argument("--max-long-partial-prefills", type=_INT1, help="of those, how many long")
-    g.add_argument("--policy", choices=[p.value for p in Policy], help="who takes the budget first")
+    g.add_argument(
+        "--long-prefill-token-threshold-adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="floor the threshold at budget / (running + waiting) (default off)",
+    )
+    g.add_argument(
+        "--policy",
+        choices=[p.value for p in Policy],
+        help="engine_lite extension, not a vLLM flag: decode_first (vLLM's order, default) "
+        "or prefill_first",
+    )
     g.add_argument("--block-size", type=_INT1, help="tokens per KV block")
     g.add_argument("--num-gpu-blocks-override", type=_INT1, help="KV cache size in blocks")
     g.add_argument(
@@ -120,8 +137,10 @@ def as_flag(message: str) -> str:
         flag = "--" + field.replace("_", "-")
         pattern = rf"\b{field}=" if field == "model" else rf"\b{field}\b"
         message = re.sub(pattern, flag + ("=" if field == "model" else ""), message)
-    message = message.replace("--enable-chunked-prefill=False", "--no-enable-chunked-prefill")
-    return message.replace("--enable-chunked-prefill=True", "--enable-chunked-prefill")
+    for switch in ("--enable-chunked-prefill", "--long-prefill-token-threshold-adaptive"):
+        message = message.replace(f"{switch}=False", "--no-" + switch[2:])
+        message = message.replace(f"{switch}=True", switch)
+    return message
 
 
 def build_serve_parser() -> OneLineParser:

@@ -7,6 +7,7 @@ import signal
 import sys
 
 from engine_lite.config import EngineConfig
+from engine_lite.defaults import BatchDefaults
 from engine_lite.errors import EngineLiteError
 from engine_lite.server.app import STATE, build_app, start_site
 from engine_lite.server.args import as_flag, build_serve_parser, config_from_args
@@ -39,9 +40,22 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
             f"ready: model {config.model} served as {settings.served_model_name}, "
             f"max_model_len {ready.max_model_len}"
         )
+        _say(describe_scheduler(config, ready.engine.config, ready.engine.batch_defaults))
         await _until_signal()
     finally:
         await runner.cleanup()
+
+
+def describe_scheduler(asked: EngineConfig, used: EngineConfig, defaults: BatchDefaults) -> str:
+    """The limits in force, and which of them came from vLLM's device table."""
+    line = (
+        f"scheduler: max_num_batched_tokens {used.max_num_batched_tokens}, max_num_seqs "
+        f"{used.max_num_seqs}, long_prefill_token_threshold "
+        f"{used.long_prefill_token_threshold}"
+    )
+    if asked.max_num_batched_tokens is None or asked.max_num_seqs is None:
+        line += f"; unset limits from {defaults.describe()}"
+    return line
 
 
 def _say(line: str) -> None:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from engine_lite.defaults import CPU_DEVICE
 from engine_lite.request import Request
 from engine_lite.sampling_params import SamplingParams
 
@@ -33,12 +34,12 @@ def reference_generate(
     while True:
         tok = next_token(prompt + out, vocab_size)
         out.append(tok)
+        if len(out) >= params.min_tokens and (
+            (tok == eos and not params.ignore_eos) or tok in params.stop_token_ids
+        ):
+            return out, "stop"
         if len(out) >= params.max_tokens or len(prompt) + len(out) >= max_len:
             return out, "length"
-        if len(out) < params.min_tokens:
-            continue
-        if (tok == eos and not params.ignore_eos) or tok in params.stop_token_ids:
-            return out, "stop"
 
 
 class FakeClock:
@@ -68,6 +69,7 @@ class FakeRunner:
     ) -> None:
         self.num_kv_blocks = num_kv_blocks
         self.block_size = block_size
+        self.device_info = CPU_DEVICE
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id

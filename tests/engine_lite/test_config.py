@@ -5,17 +5,17 @@ import dataclasses
 import pytest
 
 from engine_lite import EngineConfig, EngineLiteError, Policy, SamplingParams
+from engine_lite.defaults import CPU_DEVICE, GIB, DeviceInfo, UsageContext
 
 
-def test_defaults_are_vllm_serve_defaults():
+def test_unset_limits_wait_for_the_device_and_the_rest_are_vllm_defaults():
     cfg = EngineConfig()
     assert cfg.scheduler_knobs() == {
-        "max_num_batched_tokens": 8192,
-        "max_num_seqs": 256,
+        "max_num_batched_tokens": None,  # vLLM's device table decides, once the device is known
+        "max_num_seqs": None,
         "enable_chunked_prefill": True,
         "long_prefill_token_threshold": 0,
-        "max_num_partial_prefills": 1,
-        "max_long_partial_prefills": 1,
+        "long_prefill_token_threshold_adaptive": False,
         "policy": Policy.DECODE_FIRST,
     }
     assert (cfg.model, cfg.device, cfg.dtype, cfg.attention_backend) == (
@@ -28,9 +28,54 @@ def test_defaults_are_vllm_serve_defaults():
     assert cfg.block_size is None and cfg.max_model_len is None
 
 
+H200 = DeviceInfo("cuda", "NVIDIA H200", 141 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("device", "usage", "row", "limits"),
+    [
+        (CPU_DEVICE, UsageContext.SERVER, "CPU", (2048, 128)),
+        (CPU_DEVICE, UsageContext.OFFLINE, "CPU", (4096, 256)),
+        (H200, UsageContext.SERVER, "H100/H200", (8192, 1024)),
+        (
+            DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 80 * GIB),
+            UsageContext.SERVER,
+            "H100/H200",
+            (8192, 1024),
+        ),
+        (
+            DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", 80 * GIB),
+            UsageContext.SERVER,
+            "A100",
+            (2048, 256),
+        ),
+        (DeviceInfo("cuda", "NVIDIA L4", 23 * GIB), UsageContext.SERVER, "other GPU", (2048, 256)),
+        (DeviceInfo("cuda", "NVIDIA B200", 180 * GIB), UsageContext.SERVER, "B200", (16384, 1024)),
+    ],
+)
+def test_unset_limits_take_vllm_032s_row_for_the_device(device, usage, row, limits):
+    cfg, defaults = EngineConfig().resolved(device, max_model_len=8192, usage=usage)
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == limits
+    assert row in defaults.row
+    assert "vLLM 0.32" in defaults.describe()
+
+
+def test_resolution_keeps_what_the_user_set_and_clamps_like_vllm():
+    # A budget set alone pulls the default sequence limit down to it (vLLM arg_utils).
+    cfg, _ = EngineConfig(max_num_batched_tokens=64).resolved(CPU_DEVICE, 8192)
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (64, 64)
+    # Without chunking the default budget grows to cover max_model_len.
+    cfg, _ = EngineConfig(enable_chunked_prefill=False).resolved(CPU_DEVICE, 8192)
+    assert cfg.max_num_batched_tokens == 8192
+    # A sequence limit above the default budget is an error naming both.
+    with pytest.raises(EngineLiteError, match="max_num_seqs=4096"):
+        EngineConfig(max_num_seqs=4096).resolved(CPU_DEVICE, 8192)
+
+
 def test_policy_string_becomes_enum_and_replace_revalidates():
-    cfg = EngineConfig(policy="prefill_first")
-    assert cfg.policy is Policy.PREFILL_FIRST
+    cfg = EngineConfig(policy="prefill_first", max_num_seqs=128)
+    assert cfg.policy is Policy.PREFILL_FIRST and not cfg.is_vllm_deployable()
+    assert EngineConfig().is_vllm_deployable()
     trial = dataclasses.replace(cfg, **{**cfg.scheduler_knobs(), "max_num_batched_tokens": 512})
     assert trial.max_num_batched_tokens == 512 and trial.policy is Policy.PREFILL_FIRST
     with pytest.raises(EngineLiteError, match="max_num_batched_tokens=100"):
@@ -41,21 +86,23 @@ def test_policy_string_becomes_enum_and_replace_revalidates():
     ("knobs", "named"),
     [
         ({"policy": "fastest"}, "policy='fastest'"),
-        ({"max_num_batched_tokens": 128}, "max_num_seqs=256"),
+        ({"max_num_batched_tokens": 128, "max_num_seqs": 256}, "max_num_seqs=256"),
         ({"max_num_batched_tokens": 0}, "max_num_batched_tokens=0"),
         ({"max_num_seqs": -1}, "max_num_seqs=-1"),
-        ({"long_prefill_token_threshold": 9000}, "long_prefill_token_threshold=9000"),
+        (
+            {"long_prefill_token_threshold": 9000, "max_model_len": 8192},
+            "long_prefill_token_threshold=9000",
+        ),
         ({"long_prefill_token_threshold": -5}, "long_prefill_token_threshold=-5"),
+        ({"long_prefill_token_threshold_adaptive": 1}, "long_prefill_token_threshold_adaptive=1"),
         (
-            {"max_num_partial_prefills": 2, "max_long_partial_prefills": 3},
-            "max_long_partial_prefills=3",
+            {
+                "enable_chunked_prefill": False,
+                "max_num_batched_tokens": 8192,
+                "max_model_len": 16384,
+            },
+            "max_model_len=16384",
         ),
-        ({"max_long_partial_prefills": 2}, "max_num_partial_prefills=1"),
-        (
-            {"max_num_partial_prefills": 4, "enable_chunked_prefill": False},
-            "enable_chunked_prefill",
-        ),
-        ({"enable_chunked_prefill": False, "max_model_len": 16384}, "max_model_len=16384"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization=1.5"),
         ({"kv_cache_memory_gb": 0}, "kv_cache_memory_gb=0"),
         ({"device": "tpu"}, "device='tpu'"),
@@ -72,6 +119,11 @@ def test_bad_values_name_the_knob(knobs, named):
     msg = str(err.value)
     assert named in msg
     assert "\n" not in msg
+
+
+def test_vllm_partial_prefill_knobs_are_gone_as_in_vllm_032():
+    with pytest.raises(TypeError):
+        EngineConfig(max_num_partial_prefills=2)
 
 
 def test_unchunked_budget_is_checked_once_max_model_len_is_known():

@@ -1,6 +1,6 @@
 """Greedy tokens of our engine equal transformers' greedy `generate` on random Llama 3, Qwen2 and
 Mistral checkpoints saved to disk (one of them sharded), under every scheduling regime: heavy
-chunking, per-request caps, two partial prefills, prefill_first, no chunking, and recompute
+chunking, per-request caps, the adaptive cap, prefill_first, no chunking, and recompute
 preemption."""
 
 from __future__ import annotations
@@ -30,17 +30,22 @@ COMMON = dict(
 KNOBS: dict[str, dict[str, Any]] = {
     "one_step_prefill": {},
     "budget_32": {"max_num_batched_tokens": 32, "max_num_seqs": 8},
-    "cap_16_two_partials_prefill_first": {
+    "cap_16_prefill_first": {
         "max_num_batched_tokens": 64,
         "max_num_seqs": 8,
         "long_prefill_token_threshold": 16,
-        "max_num_partial_prefills": 2,
-        "max_long_partial_prefills": 1,
         "policy": "prefill_first",
     },
+    "adaptive_cap_8": {
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 8,
+        "long_prefill_token_threshold": 8,
+        "long_prefill_token_threshold_adaptive": True,
+    },
     "unchunked": {"enable_chunked_prefill": False, "max_num_batched_tokens": 512},
-    # 24 blocks of 16 tokens cannot hold all six sequences (38 blocks): recompute preemption
-    "preempted": {"num_gpu_blocks_override": 24, "max_num_batched_tokens": 64, "max_num_seqs": 8},
+    # 20 blocks of 16 tokens: every prompt is admitted only when it fits whole, as in vLLM,
+    # but the running decodes then outgrow the cache and one is preempted and recomputed.
+    "preempted": {"num_gpu_blocks_override": 20, "max_num_batched_tokens": 64, "max_num_seqs": 8},
 }
 
 

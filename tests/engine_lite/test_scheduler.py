@@ -25,7 +25,9 @@ def _last_batch(runner):
     return [(rid, n) for rid, _, n in runner.batches[-1]]
 
 
-def test_decode_first_gives_every_decode_its_token_then_prefill_chunks(fakes):
+def test_running_requests_go_first_in_admission_order_then_new_prompts(fakes):
+    # vLLM V1: no decode/prefill phases; running requests (decodes and continuing chunks) in
+    # admission order, then waiting prompts under what is left of the same budget.
     engine, runner = _engine(fakes, max_num_batched_tokens=8, max_num_seqs=4)
     _add(engine, "a", 3)
     _add(engine, "b", 3)
@@ -34,16 +36,16 @@ def test_decode_first_gives_every_decode_its_token_then_prefill_chunks(fakes):
     _add(engine, "c", 20)
     engine.step()
     assert _last_batch(runner) == [("a", 1), ("b", 1), ("c", 6)]
-    engine.step()
-    assert _last_batch(runner) == [("a", 1), ("b", 1), ("c", 6)]
-    _add(engine, "d", 2)  # waits: the mid-prefill request c comes before new requests
-    engine.step()
+    _add(engine, "d", 2)
+    engine.step()  # c takes all that is left; d waits
     assert _last_batch(runner) == [("a", 1), ("b", 1), ("c", 6)]
     engine.step()
+    assert _last_batch(runner) == [("a", 1), ("b", 1), ("c", 6)]
+    engine.step()  # c's last chunk leaves room to admit d in the same step
     assert _last_batch(runner) == [("a", 1), ("b", 1), ("c", 2), ("d", 2)]
 
 
-def test_prefill_first_lets_prefill_take_the_budget_and_decodes_wait(fakes):
+def test_prefill_first_extension_lets_prefill_take_the_budget_and_decodes_wait(fakes):
     engine, runner = _engine(
         fakes, max_num_batched_tokens=8, max_num_seqs=4, policy="prefill_first"
     )
@@ -59,55 +61,48 @@ def test_prefill_first_lets_prefill_take_the_budget_and_decodes_wait(fakes):
     assert _last_batch(runner) == [("c", 4), ("a", 1), ("b", 1)]
 
 
-def test_long_prefill_token_threshold_caps_one_request_per_step(fakes):
+def test_threshold_caps_each_request_but_not_one_alone(fakes):
     engine, runner = _engine(
         fakes, max_num_batched_tokens=16, max_num_seqs=4, long_prefill_token_threshold=4
     )
+    _add(engine, "solo", 10, max_tokens=1)
+    engine.step()  # alone in the engine: nobody to starve, so no cap
+    assert _last_batch(runner) == [("solo", 10)]
     _add(engine, "a", 10)
     _add(engine, "b", 3)
     engine.step()
     assert _last_batch(runner) == [("a", 4), ("b", 3)]
     engine.step()
-    assert _last_batch(runner) == [("b", 1), ("a", 4)]
+    assert _last_batch(runner) == [("a", 4), ("b", 1)]
     engine.step()
-    assert _last_batch(runner) == [("b", 1), ("a", 2)]
+    assert _last_batch(runner) == [("a", 2), ("b", 1)]
 
 
-def test_one_partial_prefill_lets_short_prompts_overtake_a_long_one(fakes):
-    # max_num_partial_prefills=1: while "a" is mid-prefill, "b" (long) cannot start, but "c"
-    # fits whole in this step and goes ahead of it (vLLM V0 semantics).
-    engine, runner = _engine(
-        fakes, max_num_batched_tokens=16, max_num_seqs=4, long_prefill_token_threshold=4
-    )
-    _add(engine, "a", 10)
-    _add(engine, "b", 10)
-    _add(engine, "c", 3)
-    engine.step()
-    assert _last_batch(runner) == [("a", 4), ("c", 3)]
-    assert [r.request_id for r in engine.scheduler.waiting] == ["b"]
-    engine.step()
-    assert _last_batch(runner) == [("c", 1), ("a", 4)]
-    engine.step()  # a finishes its prefill, which frees the partial slot for b in the same step
-    assert _last_batch(runner) == [("c", 1), ("a", 2), ("b", 4)]
+def test_adaptive_threshold_is_floored_at_the_fair_share_of_the_budget(fakes):
+    knobs = {"max_num_batched_tokens": 16, "max_num_seqs": 4, "long_prefill_token_threshold": 2}
+    fixed, fixed_runner = _engine(fakes, **knobs)
+    adaptive, adaptive_runner = _engine(fakes, long_prefill_token_threshold_adaptive=True, **knobs)
+    for engine in (fixed, adaptive):
+        _add(engine, "a", 10)
+        _add(engine, "b", 10)
+        engine.step()
+    assert _last_batch(fixed_runner) == [("a", 2), ("b", 2)]
+    assert _last_batch(adaptive_runner) == [("a", 8), ("b", 8)]  # max(2, 16 // 2)
 
 
-def test_partial_prefills_share_the_budget_and_long_ones_are_limited(fakes):
-    # Two partial prefills at once, at most one long (remaining prompt > threshold 6).
-    engine, runner = _engine(
-        fakes,
-        max_num_batched_tokens=12,
-        max_num_seqs=8,
-        long_prefill_token_threshold=6,
-        max_num_partial_prefills=2,
-        max_long_partial_prefills=1,
-    )
-    _add(engine, "long1", 30)
-    _add(engine, "long2", 30)
-    _add(engine, "short", 5)
+def test_a_prompt_is_admitted_only_when_all_of_it_fits_in_free_blocks(fakes):
+    # 6 blocks of 4 tokens. a's 12-token prompt takes 3; b's 16 need 4, so b waits although
+    # its first 4-token chunk would fit (vLLM's scheduler_reserve_full_isl).
+    engine, runner = _engine(fakes, blocks=6, max_num_batched_tokens=16, max_num_seqs=4)
+    _add(engine, "a", 12, max_tokens=2)
+    _add(engine, "b", 16, max_tokens=2, offset=40)
     engine.step()
-    # budget 12 split over 2 schedulable prefills (vLLM V0 slot budget 12 // 2 = 6)
-    assert _last_batch(runner) == [("long1", 6), ("short", 5)]
-    assert [r.request_id for r in engine.scheduler.waiting] == ["long2"]
+    assert _last_batch(runner) == [("a", 12)]
+    engine.step()  # a's decode takes a 4th block; b still does not fit
+    assert _last_batch(runner) == [("a", 1)]
+    engine.step()  # a finished and freed its blocks
+    assert _last_batch(runner) == [("b", 16)]
+    assert engine.stats().num_preemptions_total == 0
 
 
 def test_max_num_seqs_bounds_running_requests(fakes):
@@ -124,14 +119,12 @@ def test_max_num_seqs_bounds_running_requests(fakes):
 
 
 def test_unchunked_prompt_is_scheduled_whole_or_waits_in_order(fakes):
-    # A threshold has no effect without chunking (vLLM accepts the combination too).
     engine, runner = _engine(
         fakes,
         max_model_len=64,
         max_num_batched_tokens=64,
         max_num_seqs=8,
         enable_chunked_prefill=False,
-        long_prefill_token_threshold=8,
     )
     _add(engine, "a", 40, max_tokens=8)
     _add(engine, "b", 30, max_tokens=8)  # 40 + 30 > 64: waits whole, not chunked
@@ -161,6 +154,7 @@ def test_kv_exhaustion_preempts_the_newest_request_to_the_front_of_the_queue(fak
     b_first = list(b.output_token_ids)
     result = engine.step()  # a's decode needs a 4th block: b, the newest, is preempted
     assert result.stats.num_preemptions == 1
+    # c would fit now, but a step that preempted admits nothing.
     assert _last_batch(runner) == [("a", 1)]
     assert [r.request_id for r in engine.scheduler.waiting] == ["b", "c"]
     assert b.status is RequestStatus.WAITING and b.num_computed_tokens == 0

@@ -39,11 +39,8 @@ def knobs(draw: st.DrawFn) -> dict:
         "policy": draw(st.sampled_from(["decode_first", "prefill_first"])),
     }
     threshold = draw(st.sampled_from([0, 1, 3, 8, 20, budget]))
-    out["long_prefill_token_threshold"] = min(threshold, budget, MAX_MODEL_LEN)
-    if chunked:
-        partial = draw(st.integers(1, 4))
-        out["max_num_partial_prefills"] = partial
-        out["max_long_partial_prefills"] = draw(st.integers(1, partial))
+    out["long_prefill_token_threshold"] = min(threshold, MAX_MODEL_LEN)
+    out["long_prefill_token_threshold_adaptive"] = draw(st.booleans())
     return out
 
 
@@ -134,10 +131,10 @@ def test_limits_hold_and_preemption_loses_no_tokens(
     long_len=st.integers(20, 80),
     budget=st.integers(8, 32),
     threshold=st.sampled_from([0, 4, 8]),
-    partial=st.integers(1, 3),
+    adaptive=st.booleans(),
 )
 def test_decode_first_never_starves_a_long_prompt_under_a_stream_of_short_ones(
-    fakes, short_every, short_len, long_len, budget, threshold, partial
+    fakes, short_every, short_len, long_len, budget, threshold, adaptive
 ):
     # An endless stream of short requests (one every `short_every` steps) around one long
     # prompt: under decode_first the long prompt must still finish, within a bound that does
@@ -146,9 +143,8 @@ def test_decode_first_never_starves_a_long_prompt_under_a_stream_of_short_ones(
         max_num_batched_tokens=budget,
         max_num_seqs=8,
         policy="decode_first",
-        long_prefill_token_threshold=min(threshold, budget),
-        max_num_partial_prefills=partial,
-        max_long_partial_prefills=1,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=adaptive,
     )
     runner = fakes.Runner(num_kv_blocks=512, block_size=4, max_model_len=128, vocab_size=VOCAB)
     engine = LLMEngine(cfg, runner=runner)

@@ -124,7 +124,16 @@ def test_builtin_engine_with_knobs(capsys):
     result = json.loads(out)
     assert result["backend"] == "engine-lite-inprocess" and result["model_id"] == "tiny"
     assert result["completed"] == 4 and result["total_output_tokens"] == 12
-    code, _, err = _run(capsys, "--builtin", "--max-num-batched-tokens", "8", "--device", "cpu")
+    code, _, err = _run(
+        capsys,
+        "--builtin",
+        "--max-num-batched-tokens",
+        "8",
+        "--max-num-seqs",
+        "16",
+        "--device",
+        "cpu",
+    )
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("error: --max-num-batched-tokens=8 is smaller than --max-num-seqs")
 

@@ -22,8 +22,8 @@ def test_every_knob_maps_to_its_config_field():
     cfg = _config(
         "--model", "small", "--max-num-batched-tokens", "2048", "--max-num-seqs", "64",
         "--enable-chunked-prefill", "--long-prefill-token-threshold", "512",
-        "--max-num-partial-prefills", "1", "--max-long-partial-prefills", "1",
-        "--policy", "prefill_first", "--block-size", "32", "--num-gpu-blocks-override", "100",
+        "--long-prefill-token-threshold-adaptive", "--policy", "prefill_first",
+        "--block-size", "32", "--num-gpu-blocks-override", "100",
         "--gpu-memory-utilization", "0.5", "--kv-cache-memory-gb", "0.25",
         "--max-model-len", "2048", "--device", "cpu", "--dtype", "float32",
         "--attention-backend", "torch", "--seed", "7",
@@ -31,7 +31,7 @@ def test_every_knob_maps_to_its_config_field():
     assert cfg == EngineConfig(
         model="small", max_num_batched_tokens=2048, max_num_seqs=64,
         enable_chunked_prefill=True, long_prefill_token_threshold=512,
-        max_num_partial_prefills=1, max_long_partial_prefills=1, policy=Policy.PREFILL_FIRST,
+        long_prefill_token_threshold_adaptive=True, policy=Policy.PREFILL_FIRST,
         block_size=32, num_gpu_blocks_override=100, gpu_memory_utilization=0.5,
         kv_cache_memory_gb=0.25, max_model_len=2048, device="cpu", dtype="float32",
         attention_backend="torch", seed=7,
@@ -50,10 +50,14 @@ def test_no_enable_chunked_prefill_turns_it_off():
         (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
         (["--policy", "fastest"], "--policy"),
         (["--port", "70000"], "--port"),
-        (["--max-num-seqs", "9000"], "--max-num-seqs=9000"),
+        (["--max-num-seqs", "9000", "--max-num-batched-tokens", "8192"], "--max-num-seqs=9000"),
+        (["--max-num-partial-prefills", "2"], "--max-num-partial-prefills"),  # gone in vLLM 0.32
         (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization=1.5"),
         (["--device", "tpu"], "--device='tpu'"),
-        (["--long-prefill-token-threshold", "9000"], "--long-prefill-token-threshold=9000"),
+        (
+            ["--long-prefill-token-threshold", "9000", "--max-model-len", "4096"],
+            "--long-prefill-token-threshold=9000",
+        ),
         (["--bogus"], "--bogus"),
     ],
 )
