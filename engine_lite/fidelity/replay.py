@@ -17,7 +17,7 @@ class TokenRunner:
     its last known token, and a record of each batch it was handed."""
 
     device_info = CPU_DEVICE
-    eos_token_id = None
+    eos_token_id: int | None = None
     last_forward_duration_s = 0.0
 
     def __init__(self, num_kv_blocks: int, block_size: int, max_model_len: int) -> None:
