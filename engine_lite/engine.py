@@ -251,6 +251,7 @@ class LLMEngine:
             num_running=sched.num_running,
             num_waiting=sched.num_waiting,
             kv_cache_usage=sched.kv_cache_usage,
+            features=out.features,
         )
 
     # ---- configuration and stats --------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine_lite.costmodel import StepFeatures
+
 
 @dataclass(slots=True)
 class CompletionOutput:
@@ -71,6 +73,8 @@ class StepStats:
     num_running: int
     num_waiting: int
     kv_cache_usage: float
+    # What the step computed, as `engine_lite.costmodel` fits step times on.
+    features: StepFeatures = field(default_factory=StepFeatures)
 
     @property
     def sched_overhead_s(self) -> float:

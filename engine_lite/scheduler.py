@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from engine_lite.block_manager import BlockManager
 from engine_lite.config import EngineConfig, Policy
+from engine_lite.costmodel import StepFeatures, features_of
 from engine_lite.errors import EngineLiteError
 from engine_lite.request import Request, RequestStatus
 
@@ -28,13 +29,15 @@ class SchedulerOutput:
     num_decode_tokens: int = 0
     num_prefill_reqs: int = 0
     num_decode_reqs: int = 0
+    features: StepFeatures = field(default_factory=StepFeatures)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     def count_kinds(self) -> None:
-        """Prefill and decode totals of the final batch."""
+        """Prefill and decode totals of the final batch, and its cost-model features."""
+        entries = []
         for req, n in self.scheduled:
             if req.is_prefill:
                 self.num_prefill_tokens += n
@@ -42,6 +45,9 @@ class SchedulerOutput:
             else:
                 self.num_decode_tokens += n
                 self.num_decode_reqs += 1
+            computed = req.num_computed_tokens
+            entries.append((computed, n, req.is_prefill, computed + n == req.num_tokens))
+        self.features = features_of(entries)
 
 
 def step_threshold(

@@ -1,0 +1,147 @@
+"""A step-time model: how long one engine step takes, from what the scheduler put in it.
+
+Features in the manner of Vidur (MLSys'24) and BLIS: a constant per step, a cost per scheduled
+request, per prefill and per decode token (the projections and MLP), attention work (a prefill
+chunk of n tokens after c cached ones attends to about n * (c + n / 2) positions; a decode reads
+its whole context), and per sampled token (the logits). Coefficients are fitted by non-negative
+least squares on relative error, so the many short decode steps that decide TPOT weigh as much
+as the few long prefill steps. Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from engine_lite.errors import EngineLiteError
+
+
+@dataclass(frozen=True, slots=True)
+class StepFeatures:
+    """What one step computed, in the units the cost model is linear in."""
+
+    num_reqs: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    prefill_attn: float = 0.0  # sum over prefill chunks of n * (c + n / 2)
+    decode_context: int = 0  # sum over decodes of the positions attended
+    sampled: int = 0  # rows whose logits are computed
+
+    def vector(self) -> list[float]:
+        return [1.0, *(float(getattr(self, f.name)) for f in fields(self))]
+
+
+FEATURE_NAMES = ("step", *(f.name for f in fields(StepFeatures)))
+
+
+def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
+    """Features of a batch of (num_computed_tokens, num_scheduled, is_prefill, samples) entries;
+    `samples` is True when the entry reaches its last known token (a logits row)."""
+    num = prefill = decode = ctx = sampled = 0
+    attn = 0.0
+    for computed, n, is_prefill, samples in batch:
+        num += 1
+        sampled += samples
+        if is_prefill:
+            prefill += n
+            attn += n * (computed + n / 2)
+        else:
+            decode += n
+            ctx += computed + n
+    return StepFeatures(num, prefill, decode, attn, ctx, sampled)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Step seconds = coefficients . [1, features]; plus the serving path's fixed latencies."""
+
+    coefficients: tuple[float, ...]  # one per FEATURE_NAMES
+    # Seconds from a step's end to the client seeing its tokens (delivery, SSE, parsing), and
+    # from a request's send to the engine having it (HTTP, tokenizing, queueing into the loop).
+    token_delivery_s: float = 0.0
+    request_overhead_s: float = 0.0
+
+    def step_s(self, f: StepFeatures) -> float:
+        c = self.coefficients
+        return (
+            c[0]
+            + c[1] * f.num_reqs
+            + c[2] * f.prefill_tokens
+            + c[3] * f.decode_tokens
+            + c[4] * f.prefill_attn
+            + c[5] * f.decode_context
+            + c[6] * f.sampled
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "coefficients": dict(zip(FEATURE_NAMES, self.coefficients, strict=True)),
+            "token_delivery_s": self.token_delivery_s,
+            "request_overhead_s": self.request_overhead_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CostModel:
+        try:
+            coef = tuple(float(data["coefficients"][name]) for name in FEATURE_NAMES)
+            return cls(coef, float(data.get("token_delivery_s", 0.0)),
+                       float(data.get("request_overhead_s", 0.0)))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EngineLiteError(
+                f"cost model is malformed ({exc}); it needs coefficients {FEATURE_NAMES}"
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    model: CostModel
+    num_steps: int
+    median_rel_error: float
+    p90_rel_error: float
+
+
+def fit(samples: Sequence[tuple[StepFeatures, float]], **latencies: float) -> FitReport:
+    """Non-negative least squares of step seconds on features, on relative error."""
+    if len(samples) < len(FEATURE_NAMES):
+        raise EngineLiteError(
+            f"{len(samples)} step samples cannot fit {len(FEATURE_NAMES)} coefficients; "
+            "profile more steps"
+        )
+    x = np.array([f.vector() for f, _ in samples])
+    y = np.array([s for _, s in samples], dtype=float)
+    if not (y > 0).all():
+        raise EngineLiteError("step durations must be positive; the profile is corrupt")
+    w = 1.0 / y  # relative error: every step counts alike, short or long
+    coef = nnls(x * w[:, None], y * w)
+    model = CostModel(tuple(float(c) for c in coef), **latencies)
+    rel = np.abs(x @ coef - y) / y
+    return FitReport(model, len(y), float(np.median(rel)), float(np.quantile(rel, 0.9)))
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active-set method)."""
+    # Columns are scaled to unit norm first: features span ten orders of magnitude.
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    a = a / scale
+    n = a.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, dtype=bool)
+    for _ in range(max_iter):
+        grad = a.T @ (b - a @ x)
+        if passive.all() or (grad[~passive] <= 1e-12).all():
+            break
+        passive[np.argmax(np.where(passive, -np.inf, grad))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+    return x / scale
