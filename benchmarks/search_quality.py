@@ -40,10 +40,13 @@ import optuna
 from engine_lite import EngineConfig, Policy
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.measure import MIN_SERVED_FRACTION, LevelSettings, find_capacity
-from tuner.ratesearch import RateSearchSettings
-from tuner.rules import Scenario
+from tuner.measure.level import MIN_SERVED_FRACTION, LevelSettings, find_capacity
+from tuner.measure.ratesearch import RateSearchSettings
 from tuner.run import run_tune
+from tuner.search.rules import Scenario
+from tuner.search.space import build_space
+from tuner.search.starting import enqueue_starting_configs
+from tuner.search.study import CapacityPruner, SamplerName, best_capacity, make_sampler
 from tuner.settings import (
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
@@ -51,10 +54,7 @@ from tuner.settings import (
     MIN_REQUESTS_PER_LEVEL,
     TuneSettings,
 )
-from tuner.space import build_space
-from tuner.starting import enqueue_starting_configs
-from tuner.study import CapacityPruner, SamplerName, best_capacity, make_sampler
-from tuner.targets import BuiltinTarget
+from tuner.targets.base import BuiltinTarget
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SLO_TEXT = "tpot_p99=30ms"

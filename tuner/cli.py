@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.rules import Scenario
+from tuner.search.rules import Scenario
+from tuner.search.study import SamplerName
 from tuner.settings import (
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
@@ -21,7 +22,6 @@ from tuner.settings import (
     DEFAULT_TRIALS,
     TuneSettings,
 )
-from tuner.study import SamplerName
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?\s*$")
 
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     if args.resume:
-        from tuner.runfiles import RUN_FILE, RunFiles
+        from tuner.store.runfiles import RUN_FILE, RunFiles
 
         info = RunFiles(Path(args.resume)).read_json(RUN_FILE)
         if info is None:
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["report"]:
-            from tuner.rebuild import report_main
+            from tuner.report.rebuild import report_main
 
             return report_main(argv[1:])
         if argv[:1] == ["bench"]:
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    from tuner.bench_cli import main as bench_main
+    from tuner.bench.cli import main as bench_main
 
     return int(bench_main(argv))
 

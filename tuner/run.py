@@ -15,27 +15,18 @@ from optuna.trial import TrialState
 
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
-from tuner.confirm import Candidate, Confirmer, choose, top_trials
+from tuner.confirm.candidates import Candidate, Confirmer, choose, top_trials
+from tuner.confirm.same_rate import default_at_rate
 from tuner.errors import TuneError
-from tuner.measure import LevelResult, LevelSettings, measure_level
-from tuner.objective import CAPACITY, KNOBS, Mode, Objective
-from tuner.progress import RunStatus, StatusSink, make_display
-from tuner.ratesearch import RateSearchSettings
-from tuner.report import build_recommendation, write_reports
-from tuner.rules import Scenario, scenario_for
-from tuner.runfiles import (
-    CONFIRMATION_FILE,
-    RUN_FILE,
-    RunFiles,
-    trial_levels,
-    write_trials_table,
-)
-from tuner.same_rate import default_at_rate
-from tuner.search import REPORT_RESERVE_S, Budget, SearchLog, run_search
-from tuner.settings import MIN_REQUESTS_PER_LEVEL, START_FRACTION_OF_BURST, TuneSettings
-from tuner.space import SearchSpace, build_space
-from tuner.starting import enqueue_starting_configs, reference_configs
-from tuner.study import (
+from tuner.measure.level import LevelResult, LevelSettings, measure_level
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.report.live import RunStatus, StatusSink, make_display
+from tuner.report.recommendation import build_recommendation, write_reports
+from tuner.search.loop import REPORT_RESERVE_S, Budget, SearchLog, run_search
+from tuner.search.rules import Scenario, scenario_for
+from tuner.search.space import SearchSpace, build_space
+from tuner.search.starting import enqueue_starting_configs, reference_configs
+from tuner.search.study import (
     CapacityPruner,
     Role,
     SamplerName,
@@ -46,8 +37,17 @@ from tuner.study import (
     storage_url,
     trial_with_role,
 )
-from tuner.target_setup import TargetFacts, launch_searched_knobs, open_target
-from tuner.targets import Target
+from tuner.search.trial import CAPACITY, KNOBS, Mode, Objective
+from tuner.settings import MIN_REQUESTS_PER_LEVEL, START_FRACTION_OF_BURST, TuneSettings
+from tuner.store.runfiles import (
+    CONFIRMATION_FILE,
+    RUN_FILE,
+    RunFiles,
+    trial_levels,
+    write_trials_table,
+)
+from tuner.targets.base import Target
+from tuner.targets.factory import TargetFacts, launch_searched_knobs, open_target
 
 CALIBRATION = "calibrated_start_rps"  # study user attr
 # Seconds a level spends draining after its last arrival (the longest requests finishing).
@@ -316,7 +316,7 @@ def _write_default_records(ctx: RunContext) -> None:
 
 
 def _run_file(ctx: RunContext) -> dict[str, Any]:
-    from tuner.environment import environment
+    from tuner.store.environment import environment
 
     s = ctx.settings
     return {

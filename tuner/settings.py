@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.rules import Scenario
-from tuner.space import Domain, parse_fix, parse_param
-from tuner.study import SamplerName
+from tuner.search.rules import Scenario
+from tuner.search.space import Domain, parse_fix, parse_param
+from tuner.search.study import SamplerName
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
 # minutes on two cores: a level is 8 s of arrivals plus the drain (~12 s in all), the default

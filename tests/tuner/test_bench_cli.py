@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.bench_cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, main
+from tuner.bench.cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, main
 
 SUITE = """
 name = "unit"

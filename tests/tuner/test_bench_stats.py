@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tuner.bench_stats import Verdict, compare_figure, parse_tolerance
+from tuner.bench.stats import Verdict, compare_figure, parse_tolerance
 from tuner.errors import TuneError
 
 

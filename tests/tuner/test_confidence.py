@@ -4,8 +4,8 @@ import numpy as np
 
 from loadgen.records import RequestRecord
 from slo import parse_slo
-from tuner.confidence import capacity_interval, goodput_interval, term_intervals
-from tuner.keepup import served_fraction
+from tuner.measure.bootstrap import capacity_interval, goodput_interval, term_intervals
+from tuner.measure.keepup import served_fraction
 
 
 def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0, service_s=0.0):

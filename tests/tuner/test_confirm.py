@@ -5,11 +5,11 @@ import optuna
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.confirm import Confirmer, choose
-from tuner.measure import LevelSettings
-from tuner.objective import CAPACITY, KNOBS, Mode, knobs_to_json
-from tuner.runfiles import RunFiles
-from tuner.targets import BuiltinTarget
+from tuner.confirm.candidates import Confirmer, choose
+from tuner.measure.level import LevelSettings
+from tuner.search.trial import CAPACITY, KNOBS, Mode, knobs_to_json
+from tuner.store.runfiles import RunFiles
+from tuner.targets.base import BuiltinTarget
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

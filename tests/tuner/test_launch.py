@@ -9,7 +9,7 @@ import pytest
 
 from engine_lite import Policy
 from tuner.errors import TuneError
-from tuner.launch import LaunchedServer, LaunchSpec
+from tuner.targets.launch import LaunchedServer, LaunchSpec
 
 # A server that forks a worker (as vLLM and SGLang do) and answers /health after a delay.
 SERVER = textwrap.dedent(

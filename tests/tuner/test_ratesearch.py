@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tuner.errors import TuneError
-from tuner.ratesearch import Outcome, RateSearch, RateSearchSettings
+from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
 
 
 def run(search: RateSearch, capacity: float) -> list[float]:

@@ -5,13 +5,13 @@ import pytest
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.confidence import term_intervals
-from tuner.confirm import Candidate
-from tuner.measure import LevelSettings, measure_level
-from tuner.report_render import render_markdown
-from tuner.runfiles import RunFiles
-from tuner.same_rate import RECORDS_FILE, default_at_rate, same_rate_sentence
-from tuner.targets import BuiltinTarget
+from tuner.confirm.candidates import Candidate
+from tuner.confirm.same_rate import RECORDS_FILE, default_at_rate, same_rate_sentence
+from tuner.measure.bootstrap import term_intervals
+from tuner.measure.level import LevelSettings, measure_level
+from tuner.report.render import render_markdown
+from tuner.store.runfiles import RunFiles
+from tuner.targets.base import BuiltinTarget
 
 RATE = 8.0
 

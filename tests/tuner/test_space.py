@@ -6,7 +6,7 @@ from optuna.trial import FixedTrial
 
 from engine_lite import EngineConfig, Policy
 from tuner.errors import TuneError
-from tuner.space import Choices, IntRange, build_space, parse_fix, parse_param
+from tuner.search.space import Choices, IntRange, build_space, parse_fix, parse_param
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -7,10 +7,10 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
-from tuner.rules import Scenario
-from tuner.space import build_space
-from tuner.starting import enqueue_starting_configs
-from tuner.study import (
+from tuner.search.rules import Scenario
+from tuner.search.space import build_space
+from tuner.search.starting import enqueue_starting_configs
+from tuner.search.study import (
     ROLE,
     CapacityPruner,
     Role,

@@ -15,7 +15,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from tuner.cli import main
-from tuner.study import storage_url
+from tuner.search.study import storage_url
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 from engine_lite import EngineConfig
 from loadgen import HttpTarget, InProcessTarget
 from tuner.errors import TuneError
-from tuner.launch import LaunchedServer, LaunchSpec
-from tuner.prom import PrometheusProbe
-from tuner.server_stats import ServerStats
+from tuner.targets.launch import LaunchedServer, LaunchSpec
+from tuner.targets.prom import PrometheusProbe
+from tuner.targets.server_stats import ServerStats
 
 
 class Target(Protocol):

@@ -19,19 +19,19 @@ from optuna.trial import FrozenTrial, TrialState
 from loadgen import RequestSpec
 from loadgen.records import RequestRecord
 from slo import SLO
-from tuner.confidence import (
+from tuner.measure.bootstrap import (
     Interval,
     TermInterval,
     capacity_interval,
     goodput_interval,
     term_intervals,
 )
-from tuner.keepup import served_fraction
-from tuner.measure import LevelSettings, measure_level
-from tuner.objective import CAPACITY, KNOBS, Mode
-from tuner.runfiles import RunFiles, levels_with_records
-from tuner.study import CONSTRAINTS, ROLE, Role
-from tuner.targets import Target
+from tuner.measure.keepup import served_fraction
+from tuner.measure.level import LevelSettings, measure_level
+from tuner.search.study import CONSTRAINTS, ROLE, Role
+from tuner.search.trial import CAPACITY, KNOBS, Mode
+from tuner.store.runfiles import RunFiles, levels_with_records
+from tuner.targets.base import Target
 
 
 @dataclass

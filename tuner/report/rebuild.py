@@ -10,21 +10,21 @@ from typing import Any
 import optuna
 
 from slo import parse_slo
-from tuner.confirm import Confirmer, choose, top_trials
+from tuner.confirm.candidates import Confirmer, choose, top_trials
 from tuner.errors import TuneError
-from tuner.measure import LevelSettings
-from tuner.objective import KNOBS, Mode
-from tuner.report import build_recommendation, write_reports
-from tuner.runfiles import (
+from tuner.measure.level import LevelSettings
+from tuner.report.recommendation import build_recommendation, write_reports
+from tuner.search.space import SearchSpace
+from tuner.search.study import storage_url
+from tuner.search.trial import KNOBS, Mode
+from tuner.settings import TuneSettings
+from tuner.store.runfiles import (
     CONFIRMATION_FILE,
     RUN_FILE,
     RunFiles,
     levels_with_records,
     write_trials_table,
 )
-from tuner.settings import TuneSettings
-from tuner.space import SearchSpace
-from tuner.study import storage_url
 
 
 def load_run(run_dir: Path) -> tuple[RunFiles, dict[str, Any], optuna.Study]:

@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tuner.bench import BenchOutcome, FigureRow
-from tuner.bench_stats import Verdict
+from tuner.bench.gate import BenchOutcome, FigureRow
+from tuner.bench.stats import Verdict
 
 _MARK = {Verdict.OK: "ok", Verdict.REGRESSION: "REGRESSION", Verdict.IMPROVEMENT: "improved"}
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from loadgen import InProcessTarget, RequestRecord, RequestSpec, arrival_offsets, replay
 from slo import SLO, Metric, RunMetrics, SLOReport, TermResult, evaluate
-from tuner.keepup import MIN_SERVED_FRACTION, served_fraction
-from tuner.ratesearch import Outcome, RateSearch, RateSearchSettings
-from tuner.server_stats import ServerStats
-from tuner.targets import Target
+from tuner.measure.keepup import MIN_SERVED_FRACTION, served_fraction
+from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
+from tuner.targets.base import Target
+from tuner.targets.server_stats import ServerStats
 
 # DistServe (OSDI'24) counts capacity only while the service is healthy; we call a level failed
 # once 1% of its requests fail, whatever their latency.

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tuner.measure import LevelResult
-from tuner.objective import TrialOutcome
-from tuner.ratesearch import RateSearch
-from tuner.study import Role
+from tuner.measure.level import LevelResult
+from tuner.measure.ratesearch import RateSearch
+from tuner.search.study import Role
+from tuner.search.trial import TrialOutcome
 
 SHORT_NAMES = {
     "max_num_batched_tokens": "budget",

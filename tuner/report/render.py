@@ -10,13 +10,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.objective import CAPACITY, KNOBS, UPPER
-from tuner.plots import TrialPoint, importance_plot, knob_plots, pareto_plot, progress_plot
-from tuner.progress import SHORT_NAMES
-from tuner.runfiles import trial_levels
-from tuner.same_rate import same_rate_rows, same_rate_sentence
-from tuner.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
-from tuner.study import ROLE
+from tuner.confirm.same_rate import same_rate_rows, same_rate_sentence
+from tuner.report.live import SHORT_NAMES
+from tuner.report.plots import TrialPoint, importance_plot, knob_plots, pareto_plot, progress_plot
+from tuner.search.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
+from tuner.search.study import ROLE
+from tuner.search.trial import CAPACITY, KNOBS, UPPER
+from tuner.store.runfiles import trial_levels
 
 _PARAM_LABELS = {
     THRESHOLD_SWITCH: "threshold on/off",
@@ -233,7 +233,7 @@ def _binding(e: dict[str, Any]) -> str:
 
 
 def _short(config: dict[str, Any]) -> str:
-    from tuner.progress import short_config
+    from tuner.report.live import short_config
 
     return short_config(config)
 

@@ -19,7 +19,7 @@ import aiohttp
 
 from engine_lite import Policy
 from tuner.errors import TuneError
-from tuner.space import KNOB_ORDER
+from tuner.search.space import KNOB_ORDER
 
 # Placeholders besides the knobs: where the server must listen and what it serves.
 EXTRA_FIELDS = ("port", "host", "model")

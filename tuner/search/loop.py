@@ -11,9 +11,9 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
-from tuner.objective import Objective, TrialOutcome
-from tuner.progress import StatusSink
-from tuner.study import ROLE, Role, best_trial, finished_trials
+from tuner.report.live import StatusSink
+from tuner.search.study import ROLE, Role, best_trial, finished_trials
+from tuner.search.trial import Objective, TrialOutcome
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0

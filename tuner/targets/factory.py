@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from engine_lite import EngineConfig, EngineLiteError
 from tuner.errors import TuneError
-from tuner.launch import LaunchSpec
-from tuner.prom import PrometheusProbe
-from tuner.runfiles import RunFiles
+from tuner.search.space import KNOB_ORDER
 from tuner.settings import TuneSettings
-from tuner.space import KNOB_ORDER
-from tuner.targets import BuiltinTarget, LaunchTarget, Target, UrlTarget
+from tuner.store.runfiles import RunFiles
+from tuner.targets.base import BuiltinTarget, LaunchTarget, Target, UrlTarget
+from tuner.targets.launch import LaunchSpec
+from tuner.targets.prom import PrometheusProbe
 
 # vLLM's KV block size on GPUs (CacheConfig.block_size): the budget rounds to it for --launch.
 VLLM_BLOCK_SIZE = 16

@@ -16,11 +16,17 @@ from optuna.trial import TrialState
 from engine_lite import Policy
 from loadgen import RequestSpec
 from slo import SLO
-from tuner.measure import CapacityResult, LevelResult, LevelSettings, find_capacity, measure_level
-from tuner.ratesearch import Outcome, RateSearch, RateSearchSettings
-from tuner.space import SearchSpace
-from tuner.study import CONSTRAINTS, HEARTBEAT, ROLE, WORKER, Role, best_capacity, worker_id
-from tuner.targets import Target
+from tuner.measure.level import (
+    CapacityResult,
+    LevelResult,
+    LevelSettings,
+    find_capacity,
+    measure_level,
+)
+from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
+from tuner.search.space import SearchSpace
+from tuner.search.study import CONSTRAINTS, HEARTBEAT, ROLE, WORKER, Role, best_capacity, worker_id
+from tuner.targets.base import Target
 
 KNOBS = "knobs"  # user attr: the trial's effective scheduler knobs (JSON-friendly)
 LEVEL_PREFIX = "level_"  # user attrs level_000, level_001, ...: one load level's figures

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.bench_stats import parse_tolerance
+from tuner.bench.stats import parse_tolerance
 from tuner.errors import TuneError
 
 # Direction of each figure a suite may gate on: True when higher is better.
@@ -96,7 +96,7 @@ class BenchSuite:
 
 def _require(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:
-        raise TuneError(f"{where} needs `{key}`; see tuner/bench_suite.py for the format")
+        raise TuneError(f"{where} needs `{key}`; see tuner/bench/suite.py for the format")
     return table[key]
 
 

@@ -8,14 +8,14 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.flags import flag_notes, sglang_flags, vllm_flags
-from tuner.keepup import MIN_SERVED_FRACTION
-from tuner.measure import MAX_ERROR_RATE
-from tuner.objective import CAPACITY, KNOBS, OUTCOME, UPPER
-from tuner.rules import RULE_OF_THUMB_TEXT, Scenario
-from tuner.runfiles import RunFiles, clean_json, trial_levels
-from tuner.same_rate import missed_terms, unsettled_interval
-from tuner.study import CONSTRAINTS, ROLE, Role, trial_with_role
+from tuner.confirm.same_rate import missed_terms, unsettled_interval
+from tuner.measure.keepup import MIN_SERVED_FRACTION
+from tuner.measure.level import MAX_ERROR_RATE
+from tuner.report.flags import flag_notes, sglang_flags, vllm_flags
+from tuner.search.rules import RULE_OF_THUMB_TEXT, Scenario
+from tuner.search.study import CONSTRAINTS, ROLE, Role, trial_with_role
+from tuner.search.trial import CAPACITY, KNOBS, OUTCOME, UPPER
+from tuner.store.runfiles import RunFiles, clean_json, trial_levels
 
 CAPACITY_DEFINITION = (
     "goodput (max req/s within SLO): the highest Poisson arrival rate of this workload at "
@@ -249,14 +249,14 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
 
 
 def _short(config: dict[str, Any]) -> str:
-    from tuner.progress import short_config
+    from tuner.report.live import short_config
 
     return short_config(config)
 
 
 def write_reports(rec: dict[str, Any], study: optuna.Study, files: RunFiles) -> list[Any]:
     """recommendation.json, .md (plots as PNG files) and a self-contained .html."""
-    from tuner.report_render import render_html, render_markdown, report_figures
+    from tuner.report.render import render_html, render_markdown, report_figures
 
     figures = report_figures(rec, study)
     files.plots_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Any
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
-from tuner.bench_baseline import (
+from tuner.bench.baseline import (
     Baseline,
     ConfigSamples,
     Environment,
@@ -22,13 +22,13 @@ from tuner.bench_baseline import (
     software_versions,
     text_hash,
 )
-from tuner.bench_stats import Comparison, Verdict, compare_figure
-from tuner.bench_suite import FIGURES, BenchMode, BenchSuite
+from tuner.bench.stats import Comparison, Verdict, compare_figure
+from tuner.bench.suite import FIGURES, BenchMode, BenchSuite
 from tuner.errors import TuneError
-from tuner.launch import LaunchSpec
-from tuner.measure import LevelResult, LevelSettings, find_capacity, measure_level
-from tuner.ratesearch import RateSearchSettings
-from tuner.targets import BuiltinTarget, LaunchTarget, Target, UrlTarget
+from tuner.measure.level import LevelResult, LevelSettings, find_capacity, measure_level
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.targets.base import BuiltinTarget, LaunchTarget, Target, UrlTarget
+from tuner.targets.launch import LaunchSpec
 
 # Capacity in a bench is bisected finer than in `tune`: a 5% tolerance needs steps under 5%.
 CAPACITY_REL_TOL = 0.03

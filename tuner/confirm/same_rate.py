@@ -13,11 +13,11 @@ from typing import Any
 
 from loadgen import RequestSpec
 from slo import SLO
-from tuner.confidence import term_intervals
-from tuner.confirm import Candidate, term_dict
-from tuner.measure import LevelSettings, measure_level
-from tuner.runfiles import RunFiles
-from tuner.targets import Target
+from tuner.confirm.candidates import Candidate, term_dict
+from tuner.measure.bootstrap import term_intervals
+from tuner.measure.level import LevelSettings, measure_level
+from tuner.store.runfiles import RunFiles
+from tuner.targets.base import Target
 
 RECORDS_FILE = "records_default_at_recommended_rate.jsonl"
 

@@ -25,7 +25,7 @@ from slo import (
     metric_samples,
     stat_value,
 )
-from tuner.keepup import MIN_SERVED_FRACTION, served_fraction
+from tuner.measure.keepup import MIN_SERVED_FRACTION, served_fraction
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_BOOTSTRAP = 1000

@@ -8,11 +8,11 @@ import sys
 
 from rich.console import Console
 
-from tuner.bench import BenchOutcome, compare, measure_suite
-from tuner.bench_baseline import load_baseline, write_baseline
-from tuner.bench_report import dumps, junit_xml, markdown, print_table, write_text
-from tuner.bench_stats import parse_tolerance
-from tuner.bench_suite import BenchMode, load_suite
+from tuner.bench.baseline import load_baseline, write_baseline
+from tuner.bench.gate import BenchOutcome, compare, measure_suite
+from tuner.bench.report import dumps, junit_xml, markdown, print_table, write_text
+from tuner.bench.stats import parse_tolerance
+from tuner.bench.suite import BenchMode, load_suite
 from tuner.errors import TuneError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN = 0, 1, 2

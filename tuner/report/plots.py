@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from tuner.progress import SHORT_NAMES
+from tuner.report.live import SHORT_NAMES
 
 _BLUE, _ORANGE, _GREY, _GREEN, _RED = "#1f77b4", "#ff7f0e", "#9a9a9a", "#2ca02c", "#d62728"
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import optuna
 
-from tuner.rules import Scenario, rule_of_thumb_knobs
-from tuner.space import IntRange, SearchSpace
-from tuner.study import ROLE, Role, has_role
+from tuner.search.rules import Scenario, rule_of_thumb_knobs
+from tuner.search.space import IntRange, SearchSpace
+from tuner.search.study import ROLE, Role, has_role
 
 
 def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, dict]]:

@@ -25,8 +25,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from loadgen.records import RequestRecord, read_records_jsonl, write_records_jsonl
 from tuner.errors import TuneError
-from tuner.objective import CAPACITY, KNOBS, LEVEL_PREFIX, OUTCOME, UPPER
-from tuner.study import ROLE, Role
+from tuner.search.study import ROLE, Role
+from tuner.search.trial import CAPACITY, KNOBS, LEVEL_PREFIX, OUTCOME, UPPER
 
 RUN_FILE = "run.json"
 CONFIRMATION_FILE = "confirmation.json"
