@@ -204,26 +204,6 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     )  # fmt: skip
 
 
-def print_summary(rec: dict[str, Any]) -> None:
-    """The end of a run, for a person: the sentence, the flags, where the files are."""
-    from rich.console import Console
-
-    console = Console()
-    console.print(f"\n[bold]{rec['summary']}[/bold]")
-    if rec.get("flags"):
-        console.print(f"  vLLM:   {rec['flags']['vllm']}", soft_wrap=True)
-        console.print(f"  SGLang: {rec['flags']['sglang']}", soft_wrap=True)
-        for note in rec["flags"]["notes"]:
-            console.print(f"  note: {note}", soft_wrap=True)
-    if rec.get("best"):
-        console.print(f"  limited by: {rec['best']['limited_by']}", soft_wrap=True)
-    thumb = rec.get("rule_of_thumb")
-    if thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
-        console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "
-                      f"measured config is {rec['ratio_vs_rule_of_thumb']:.2f}x")  # fmt: skip
-    console.print(f"  report: {rec['run_dir']}/recommendation.html (also .md, .json)")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -232,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return report_main(argv[1:])
         if argv[:1] == ["bench"]:
-            return _bench(argv[1:])
+            from tuner.bench.cli import main as bench_main
+
+            return bench_main(argv[1:])
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
         from tuner.run import run_tune
@@ -247,14 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rec, indent=2))
     else:
+        from tuner.report.summary import print_summary
+
         print_summary(rec)
     return 0
-
-
-def _bench(argv: list[str]) -> int:
-    from tuner.bench.cli import main as bench_main
-
-    return int(bench_main(argv))
 
 
 if __name__ == "__main__":

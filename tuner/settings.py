@@ -12,6 +12,7 @@ from tuner.errors import TuneError
 from tuner.search.rules import Scenario
 from tuner.search.space import Domain, parse_fix, parse_param
 from tuner.search.study import SamplerName
+from tuner.targets.factory import TargetOptions
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
 # minutes on two cores: a level is 8 s of arrivals plus the drain (~12 s in all), the default
@@ -28,9 +29,6 @@ BURST_REQUESTS = 40
 BURST_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
-# The first trial starts at this share of the throughput measured on a burst of the request list
-# (a burst's prefill-heavy throughput sits below the sustained capacity on the CPU preset).
-START_FRACTION_OF_BURST = 0.8
 
 
 @dataclass
@@ -135,6 +133,17 @@ class TuneSettings:
         if self.run_dir is None:
             self.run_dir = str(Path("results") / time.strftime("tune-%Y%m%d-%H%M%S"))
         return Path(self.run_dir)
+
+    def target_options(self, log_dir: Path) -> TargetOptions:
+        engine = {"device": self.device, "dtype": self.dtype,
+                  "kv_cache_memory_gb": self.kv_cache_memory_gb}  # fmt: skip
+        return TargetOptions(
+            model=self.model, engine=engine, launch=self.launch, url=self.url,
+            served_model=self.served_model, endpoint=self.endpoint,
+            max_model_len=self.max_model_len, prometheus_url=self.prometheus_url,
+            prometheus_interval_s=self.prometheus_interval_s,
+            launch_timeout_s=self.launch_timeout_s, log_dir=log_dir,
+        )  # fmt: skip
 
     def resolved_study_name(self) -> str:
         return self.study_name or f"tune-{self.workload}"

@@ -9,10 +9,7 @@ serving team's CI wants to measure.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import os
-import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,42 +65,6 @@ class Baseline:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-
-def device_description() -> str:
-    """The accelerator's name, or the CPU's model and core count (what speed depends on)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return f"cuda:{torch.cuda.get_device_name(0)}"
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu:{cpu} x{os.cpu_count()}"
-
-
-def software_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("chunked-prefill-tuner", "torch", "flash-attn", "vllm", "sglang"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            continue
-    return out
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_baseline(path: str | Path) -> Baseline:

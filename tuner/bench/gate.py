@@ -7,28 +7,24 @@ slow minute on a shared machine hits all configs alike instead of one config's e
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
-from tuner.bench.baseline import (
-    Baseline,
-    ConfigSamples,
-    Environment,
-    device_description,
-    software_versions,
-    text_hash,
-)
+from tuner.bench.baseline import Baseline, ConfigSamples, Environment
 from tuner.bench.stats import Comparison, Verdict, compare_figure
 from tuner.bench.suite import FIGURES, BenchMode, BenchSuite
 from tuner.errors import TuneError
-from tuner.measure.level import LevelResult, LevelSettings, find_capacity, measure_level
+from tuner.measure.level import LevelRecord, LevelRun, LevelSettings
+from tuner.measure.meter import Meter
 from tuner.measure.ratesearch import RateSearchSettings
-from tuner.targets.base import BuiltinTarget, LaunchTarget, Target, UrlTarget
-from tuner.targets.launch import LaunchSpec
+from tuner.measure.verdict import VerdictRules
+from tuner.store.environment import device_description, software_versions
+from tuner.targets.base import Target
+from tuner.targets.factory import DEFAULT_LAUNCH_URL, TargetOptions, open_target
 
 # Capacity in a bench is bisected finer than in `tune`: a 5% tolerance needs steps under 5%.
 CAPACITY_REL_TOL = 0.03
@@ -61,15 +57,20 @@ class BenchOutcome:
 
 
 def make_target(suite: BenchSuite) -> Target:
-    t = suite.target
-    model = str(t.get("served_model_name", t.get("model", "tiny")))
+    """The suite's [target]: the built-in engine (`model` and engine options), `url` or
+    `launch` (with `served_model_name`, `launch_url`)."""
+    t = dict(suite.target)
+    model = str(t.pop("served_model_name", t.get("model", "tiny")))
+    options = TargetOptions(served_model=model, max_model_len=t.pop("max_model_len", None))
     if "url" in t:
-        return UrlTarget(str(t["url"]), model)
-    if "launch" in t:
-        url = str(t.get("launch_url", "http://127.0.0.1:8000"))
-        return LaunchTarget(LaunchSpec(str(t["launch"]), url, model), url, model)
-    engine_opts = {k: v for k, v in t.items() if k != "model"}
-    return BuiltinTarget(EngineConfig(model=model, **engine_opts))
+        options.url = str(t["url"])
+    elif "launch" in t:
+        options.launch = str(t["launch"])
+        options.url = str(t.get("launch_url", DEFAULT_LAUNCH_URL))
+    else:
+        options.model = str(t.pop("model", "tiny"))
+        options.engine = t
+    return open_target(options)
 
 
 # Figures that need a replay at the suite's fixed rate, and those read at saturation.
@@ -77,69 +78,69 @@ _AT_RATE = {"request_goodput"} | {f for f in FIGURES if f.endswith("_ms")}
 _AT_SATURATION = {"saturation_rps", "saturation_tok_s"}
 
 
-def _rate_figures(level: LevelResult) -> dict[str, float]:
-    out = {f"{k}_ms": v * 1000.0 for k, v in level.latency_s.items()}
+def _rate_figures(level: LevelRecord) -> dict[str, float]:
+    out = {f"{k.removesuffix('_s')}_ms": v * 1000.0 for k, v in level.latency.as_dict().items()}
     out["request_goodput"] = float(level.goodput_rps)
     return out
 
 
-def _saturation_figures(level: LevelResult) -> dict[str, float]:
+def _saturation_figures(run: LevelRun) -> dict[str, float]:
     """Everything sent at once: the throughput ceiling, a capacity proxy without an SLO."""
-    metrics = compute_metrics([r for r in level.records if not r.warmup])
+    metrics = compute_metrics(run.records)
     return {
         "saturation_rps": float(metrics.request_throughput),
         "saturation_tok_s": float(metrics.total_token_throughput),
     }
 
 
-async def _measure_once(
-    suite: BenchSuite, target: Target, requests: list[Any], knobs: dict[str, Any]
-) -> dict[str, float]:
-    slo = parse_slo(suite.slo)
-    settings = LevelSettings(seed=int(suite.workload.get("seed", 0)))
+async def _measure_once(suite: BenchSuite, meter: Meter, knobs: dict[str, Any]) -> dict[str, float]:
     wanted = set(suite.figures)
     out: dict[str, float] = {}
-    await target.apply(knobs)
+    await meter.target.apply(knobs)
     if wanted & _AT_RATE:
-        out |= _rate_figures(await measure_level(target, requests, suite.rate_rps, slo, settings))
+        out |= _rate_figures((await meter.level(suite.rate_rps)).level)
     if wanted & _AT_SATURATION:
-        level = await measure_level(target, requests, math.inf, slo, settings)
-        out |= _saturation_figures(level)
+        out |= _saturation_figures(await meter.level(math.inf))
     if "capacity_rps" in wanted:
         search = RateSearchSettings(start_rps=suite.rate_rps, rel_tol=CAPACITY_REL_TOL)
-        result = await find_capacity(target, requests, slo, search, settings)
-        out["capacity_rps"] = result.capacity_rps
+        out["capacity_rps"] = (await meter.capacity(search)).capacity_rps
     return out
 
 
 async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -> Baseline:
     """Measure every config `suite.repeats` times; returns the samples as a Baseline."""
-    parse_slo(suite.slo)  # fail on a bad SLO before loading anything
+    slo = parse_slo(suite.slo)  # fail on a bad SLO before loading anything
     target = make_target(suite)
     wl_args = dict(suite.workload)
     wl = build_workload(wl_args.pop("name", "mixed"), **wl_args)
+    rules = VerdictRules(require_schedule=target.facts.require_schedule)
+    settings = LevelSettings(seed=int(suite.workload.get("seed", 0)))
+    meter = Meter(target, wl.requests, slo, settings, rules)
     samples: dict[str, dict[str, list[float]]] = {c.name: {} for c in suite.configs}
     try:
         # Warm-up: the first forward passes allocate and compile; keep them out of every sample.
         await target.apply(suite.configs[0].knobs)
-        await measure_level(target, wl.requests[:4], suite.rate_rps, parse_slo(suite.slo))
+        await Meter(target, wl.requests[:4], slo, LevelSettings(), rules).level(suite.rate_rps)
         for rnd in range(suite.repeats):
-            order = (
-                suite.configs[rnd % len(suite.configs) :]
-                + suite.configs[: rnd % len(suite.configs)]
-            )
-            for cfg in order:
+            shift = rnd % len(suite.configs)
+            for cfg in suite.configs[shift:] + suite.configs[:shift]:
                 if progress:
                     progress(f"round {rnd + 1}/{suite.repeats}: {cfg.name}")
-                figs = await _measure_once(suite, target, wl.requests, cfg.knobs)
+                figs = await _measure_once(suite, meter, cfg.knobs)
                 for name in suite.figures:
                     samples[cfg.name].setdefault(name, []).append(figs[name])
     finally:
         await target.close()
+    return _baseline(suite, wl.fingerprint(), samples)
+
+
+def _baseline(
+    suite: BenchSuite, workload_hash: str, samples: dict[str, dict[str, list[float]]]
+) -> Baseline:
     env = Environment(
         device=device_description(),
         model=str(suite.target.get("model") or suite.target.get("url") or suite.target["launch"]),
-        workload_hash=wl.fingerprint(),
+        workload_hash=workload_hash,
         mode=suite.mode.value,
         rate_rps=suite.rate_rps,
         slo=str(parse_slo(suite.slo)),
@@ -179,7 +180,7 @@ def compare(
         base = baseline.configs.get(name)
         for fig in suite.figures:
             cur_vals = cur.ratios.get(fig) if ratio_mode else cur.samples.get(fig)
-            median = sorted(cur.samples[fig])[len(cur.samples[fig]) // 2]
+            median = statistics.median(cur.samples[fig])
             if base is None:
                 rows.append(FigureRow(name, fig, None, median, "new config: no baseline"))
                 continue
@@ -201,11 +202,3 @@ def compare(
             note = "knobs changed since baseline" if base.knobs != cur.knobs else ""
             rows.append(FigureRow(name, fig, cmp_, median, note))
     return rows
-
-
-def knobs_text(knobs: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "engine defaults"
-
-
-def suite_hash(suite: BenchSuite) -> str:
-    return text_hash(suite.source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
@@ -68,7 +69,7 @@ def _measured_only(outcome: BenchOutcome) -> list[FigureRow]:
     rows = []
     for name, cfg in outcome.baseline.configs.items():
         for fig, vals in cfg.samples.items():
-            rows.append(FigureRow(name, fig, None, sorted(vals)[len(vals) // 2], "measured"))
+            rows.append(FigureRow(name, fig, None, statistics.median(vals), "measured"))
     return rows
 
 

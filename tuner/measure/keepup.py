@@ -1,4 +1,4 @@
-"""Did the server keep up with the offered load? The rule that makes capacity mean sustained."""
+"""Did the server keep up with the offered load? The estimate behind the keep-up rule."""
 
 from __future__ import annotations
 
@@ -8,10 +8,6 @@ from typing import Any
 
 import numpy as np
 
-# A level also fails when the server falls behind its arrivals. TPOT and ITL exclude queueing,
-# so without this a config that starves prefills (a tiny budget, decode first) would "meet" a
-# TPOT SLO at any rate while its queue grows without bound.
-MIN_SERVED_FRACTION = 0.85
 # Theil-Sen over all pairs is O(n^2) in time and memory: a GPU level of 4000 requests takes ~1 s
 # and ~0.5 GB, and the capacity bootstrap re-judges every level hundreds of times. Above this
 # many requests the slopes come from pairs half a run apart instead (O(n), long spans, as robust).

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from tuner.errors import TuneError
+from tuner.measure.verdict import capacity_envelope
 
 
 class Outcome(enum.Enum):
@@ -21,7 +22,6 @@ class Outcome(enum.Enum):
 
     RUNNING = "running"
     CONVERGED = "converged"  # bracket narrower than the tolerance
-    PRUNED = "pruned"  # failed at the start rate, which was the best capacity so far
     BELOW_MIN = "below_min"  # failed down to the lowest rate worth measuring
     AT_MAX = "at_max"  # passed at the highest rate allowed
     MAX_LEVELS = "max_levels"  # level limit reached before the bracket closed
@@ -37,9 +37,6 @@ class RateSearchSettings:
     min_rps: float = 0.05
     max_rps: float = 1e6
     max_levels: int = 8
-    # The start rate is the best capacity found so far: failing there means this config cannot
-    # win, so the search stops after one level instead of descending.
-    prune_on_first_fail: bool = False
 
     def __post_init__(self) -> None:
         if not self.start_rps > 0 or not math.isfinite(self.start_rps):
@@ -54,33 +51,23 @@ class RateSearchSettings:
             raise TuneError(f"max_levels={self.max_levels} must be at least 1")
 
 
-@dataclass(frozen=True)
-class Level:
-    """One measured load level: the rate and whether every SLO term held."""
-
-    rate_rps: float
-    passed: bool
-
-
 @dataclass
 class RateSearch:
     """State of one capacity search; call `next_rate()` then `record()` until it returns None."""
 
     settings: RateSearchSettings
-    levels: list[Level] = field(default_factory=list)
+    levels: list[tuple[float, bool]] = field(default_factory=list)  # (rate, passed) as measured
     outcome: Outcome = Outcome.RUNNING
 
     @property
     def capacity_rps(self) -> float:
         """Highest passing rate below the lowest failing one (0 when none passed)."""
-        upper = self.upper_bound_rps
-        passing = [lv.rate_rps for lv in self.levels if lv.passed and lv.rate_rps < upper]
-        return max(passing, default=0.0)
+        return capacity_envelope(self.levels)[0]
 
     @property
     def upper_bound_rps(self) -> float:
         """Lowest failing rate: capacity is below it (inf until a level fails)."""
-        return min((lv.rate_rps for lv in self.levels if not lv.passed), default=math.inf)
+        return capacity_envelope(self.levels)[1]
 
     @property
     def done(self) -> bool:
@@ -90,7 +77,7 @@ class RateSearch:
         """Add a measured level and decide whether the search is over."""
         if self.done:
             raise RuntimeError("record() after the search ended")
-        self.levels.append(Level(rate_rps, passed))
+        self.levels.append((rate_rps, passed))
         self.outcome = self._decide()
 
     def next_rate(self) -> float | None:
@@ -100,7 +87,7 @@ class RateSearch:
         s = self.settings
         if not self.levels:
             return min(max(s.start_rps, s.min_rps), s.max_rps)
-        lo, hi = self.capacity_rps, self.upper_bound_rps
+        lo, hi = capacity_envelope(self.levels)
         if math.isinf(hi):
             return min(lo * s.growth, s.max_rps)
         if lo == 0.0:
@@ -109,10 +96,7 @@ class RateSearch:
 
     def _decide(self) -> Outcome:
         s = self.settings
-        lo, hi = self.capacity_rps, self.upper_bound_rps
-        first = self.levels[0]
-        if len(self.levels) == 1 and not first.passed and s.prune_on_first_fail:
-            return Outcome.PRUNED
+        lo, hi = capacity_envelope(self.levels)
         if lo > 0 and hi / lo - 1 <= s.rel_tol:
             return Outcome.CONVERGED
         if lo == 0 and hi <= s.min_rps * (1 + 1e-9):

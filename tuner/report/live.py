@@ -11,29 +11,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tuner.measure.level import LevelResult
+from tuner.measure.level import LevelRecord
 from tuner.measure.ratesearch import RateSearch
-from tuner.search.study import Role
-from tuner.search.trial import TrialOutcome
-
-SHORT_NAMES = {
-    "max_num_batched_tokens": "budget",
-    "long_prefill_token_threshold": "threshold",
-    "max_num_partial_prefills": "partial",
-    "max_long_partial_prefills": "long_partial",
-    "max_num_seqs": "seqs",
-    "enable_chunked_prefill": "chunked",
-    "policy": "policy",
-}
-
-
-def short_config(knobs: dict[str, Any]) -> str:
-    """`budget=2048 threshold=512 ...` with the vLLM-default-valued knobs left out."""
-    parts = []
-    for name, value in knobs.items():
-        value = getattr(value, "value", value)
-        parts.append(f"{SHORT_NAMES.get(name, name)}={value}")
-    return " ".join(parts)
+from tuner.report.summary import short_config
+from tuner.store.records import Role, TrialRecord
+from tuner.targets.knobs import Knobs
 
 
 class RunStatus:
@@ -73,7 +55,7 @@ class StatusSink:
         self.status.best = f"{capacity_rps:.2f} {unit} (trial {number})"
         self.refresh()
 
-    def trial_started(self, number: int, role: Role, knobs: dict[str, Any]) -> None:
+    def trial_started(self, number: int, role: Role, knobs: Knobs) -> None:
         s = self.status
         label = "" if role is Role.SEARCH else f" [{role.value.replace('_', ' ')}]"
         s.trial = f"{number + 1} of {s.total_trials}{label}"
@@ -85,13 +67,13 @@ class StatusSink:
         self.status.level = f"#{level_index + 1} at {rate_rps:.2f} req/s: measuring"
         self.refresh()
 
-    def level_done(self, level: LevelResult, search: RateSearch | None) -> None:
-        s = self.status
+    def level_done(self, level: LevelRecord, search: RateSearch | None) -> None:
+        s, v = self.status, level.verdict
         verdict = "pass" if level.passed else "FAIL"
-        term = next((t for t in level.terms if t.metric == level.binding), None)
-        detail = f", {term.metric} {_ms(term.value_s)}" if term else ""
-        if level.served_fraction < 0.995:
-            detail += f", served {level.served_fraction:.0%}"
+        term = v.binding
+        detail = f", {term.name} {_ms(term.value_s)}" if term else ""
+        if v.served_fraction < 0.995:
+            detail += f", served {v.served_fraction:.0%}"
         s.level = f"at {level.rate_rps:.2f} req/s: {verdict}{detail} ({level.wall_s:.0f}s)"
         if search is not None:
             lo, hi = search.capacity_rps, search.upper_bound_rps
@@ -99,12 +81,12 @@ class StatusSink:
         self.refresh()
         self.line(f"  level {s.level}")
 
-    def trial_done(self, outcome: TrialOutcome) -> None:
-        state = outcome.state.name.lower()
-        value = "" if outcome.value is None else f" {outcome.value:.2f}"
-        self.status.last = f"trial {outcome.number + 1}: {state}{value}"
+    def trial_done(self, trial: TrialRecord) -> None:
+        state = trial.state.name.lower()
+        value = "" if trial.value is None else f" {trial.value:.2f}"
+        self.status.last = f"trial {trial.number + 1}: {state}{value}"
         self.refresh()
-        self.line(f"trial {outcome.number + 1} {state}{value}: {short_config(outcome.knobs)}")
+        self.line(f"trial {trial.number + 1} {state}{value}: {short_config(trial.knobs)}")
 
     def refresh(self) -> None:
         return None

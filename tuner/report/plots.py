@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from tuner.report.live import SHORT_NAMES
+from tuner.targets.knobs import KNOBS
 
 _BLUE, _ORANGE, _GREY, _GREEN, _RED = "#1f77b4", "#ff7f0e", "#9a9a9a", "#2ca02c", "#d62728"
 
@@ -36,7 +36,8 @@ class TrialPoint:
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    # Constrained layout fits labels in one drawing pass; bbox_inches="tight" needs two.
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
 
@@ -45,7 +46,7 @@ def pareto_plot(points: Sequence[TrialPoint], ttft_limit_s: float | None,
                 tpot_limit_s: float | None) -> bytes:  # fmt: skip
     """TTFT p99 against TPOT p99, one point per trial, the Pareto front joined."""
     pts = [p for p in points if _finite(p.ttft_p99_s) and _finite(p.tpot_p99_s)]
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     for p in pts:
         color, marker = _style(p)
         ax.scatter(p.tpot_p99_s * 1e3, p.ttft_p99_s * 1e3, c=color, marker=marker,
@@ -74,7 +75,9 @@ def knob_plots(points: Sequence[TrialPoint], knobs: Sequence[str]) -> bytes:
     knobs = list(knobs) or ["max_num_batched_tokens"]
     cols = min(3, len(knobs))
     rows = math.ceil(len(knobs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False, layout="constrained"
+    )
     for ax, knob in zip(axes.flat, knobs, strict=False):
         for p in points:
             x = p.knobs.get(knob)
@@ -90,20 +93,19 @@ def knob_plots(points: Sequence[TrialPoint], knobs: Sequence[str]) -> bytes:
             ax.scatter([x], [p.capacity_rps or 0.0], c=color, marker=marker, s=40, zorder=3)
         if knob in ("max_num_batched_tokens", "max_num_seqs"):
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(SHORT_NAMES.get(knob, knob))
+        ax.set_xlabel(KNOBS[knob].label if knob in KNOBS else knob)
         ax.set_ylabel("capacity (req/s)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(knobs) :]:
         ax.set_visible(False)
     fig.suptitle("Capacity against each knob (hollow v: pruned, capacity below this)")
-    fig.tight_layout()
     return _png(fig)
 
 
 def importance_plot(importance: dict[str, float]) -> bytes:
     """Horizontal bars of Optuna's parameter importances."""
     names = list(importance)[::-1]
-    fig, ax = plt.subplots(figsize=(6.0, 0.5 * len(names) + 1.2))
+    fig, ax = plt.subplots(figsize=(6.0, 0.5 * len(names) + 1.2), layout="constrained")
     ax.barh(names, [importance[n] for n in names], color=_BLUE)
     ax.set_xlabel("importance (share of capacity variance)")
     ax.set_title("Which knobs mattered (fANOVA over finished trials)")
@@ -114,7 +116,7 @@ def importance_plot(importance: dict[str, float]) -> bytes:
 def progress_plot(points: Sequence[TrialPoint]) -> bytes:
     """Each trial's capacity in order, with the best so far."""
     ordered = sorted(points, key=lambda p: p.number)
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), layout="constrained")
     best, xs, ys = 0.0, [], []
     for p in ordered:
         if p.state == "complete" and p.capacity_rps is not None:

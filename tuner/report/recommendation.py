@@ -1,21 +1,22 @@
-"""The recommendation: what to run, how much it serves, against the default and the table."""
+"""The recommendation JSON: what to run, how much it serves, against the default and the table.
+
+Built from a `RunView` (typed trial records and the confirmation), never from Optuna attributes.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from tuner.confirm.same_rate import missed_terms, unsettled_interval
-from tuner.measure.keepup import MIN_SERVED_FRACTION
-from tuner.measure.level import MAX_ERROR_RATE
 from tuner.report.flags import flag_notes, sglang_flags, vllm_flags
+from tuner.report.summary import summary_line
 from tuner.search.rules import RULE_OF_THUMB_TEXT, Scenario
-from tuner.search.study import CONSTRAINTS, ROLE, Role, trial_with_role
-from tuner.search.trial import CAPACITY, KNOBS, OUTCOME, UPPER
-from tuner.store.runfiles import RunFiles, clean_json, trial_levels
+from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
+from tuner.store.records import Candidate, Confirmation, Mode, Role, TrialRecord
+from tuner.store.view import RunView
+from tuner.targets.knobs import knobs_to_json
 
 CAPACITY_DEFINITION = (
     "goodput (max req/s within SLO): the highest Poisson arrival rate of this workload at "
@@ -27,170 +28,89 @@ GOODPUT_DEFINITION = (
 )
 
 
-def build_recommendation(
-    study: optuna.Study,
-    run_info: dict[str, Any],
-    confirmation: dict[str, Any],
-    files: RunFiles,
-) -> dict[str, Any]:
-    """The recommendation JSON from the study, the run's settings and the confirmation."""
-    mode = run_info.get("mode", "capacity")
-    trials = study.get_trials(deepcopy=False)
-    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    candidates = {c["trial"]: c for c in confirmation.get("candidates", [])}
-    chosen = candidates.get(confirmation.get("chosen_trial"))
-    default = trial_with_role(finished, Role.DEFAULT)
-    thumb = trial_with_role(finished, Role.RULE_OF_THUMB) or default
-    best = _config_entry(study.trials[chosen["trial"]], chosen) if chosen else None
-    default_entry = _config_entry(default, candidates.get(default.number)) if default else None
-    thumb_entry = _config_entry(thumb, candidates.get(thumb.number)) if thumb else None
-    scenario = Scenario(run_info.get("scenario", Scenario.CHAT.value))
-    if thumb_entry is not None:
-        thumb_entry["scenario"] = scenario.value
-        thumb_entry["table"] = RULE_OF_THUMB_TEXT[scenario]
-        thumb_entry["same_as_default"] = thumb is default
+def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
+    """The recommendation JSON from the run's records and its confirmation."""
+    info, finished = view.info, view.finished
+    candidates = {c.trial: c for c in conf.candidates}
+    chosen = conf.chosen
+    best = config_entry(view.trial(chosen.trial), chosen) if chosen else None
     feasible = best is not None and best["capacity_rps"] > 0
+    default, thumb = _references(view, candidates, info)
     rec: dict[str, Any] = {
-        "slo": run_info.get("slo"),
-        "objective": {
-            "mode": mode,
-            "rate_rps": run_info.get("rate_rps"),
-            "definition": GOODPUT_DEFINITION if mode == "goodput" else CAPACITY_DEFINITION,
-        },
-        "workload": run_info.get("workload", {}),
-        "target": run_info.get("target", {}),
-        "environment": run_info.get("environment", {}),
+        "slo": info.get("slo"),
+        "objective": _objective(view.mode, info),
+        "workload": info.get("workload", {}),
+        "target": info.get("target", {}),
+        "environment": info.get("environment", {}),
         "feasible": feasible,
         "best": best if feasible else None,
-        "default": default_entry,
-        "rule_of_thumb": thumb_entry,
-        "ratio_vs_default": _ratio(best, default_entry) if feasible else None,
-        "ratio_vs_rule_of_thumb": _ratio(best, thumb_entry) if feasible else None,
-        "default_at_recommended_rate": confirmation.get("default_at_recommended_rate"),
+        "default": default,
+        "rule_of_thumb": thumb,
+        "ratio_vs_default": _ratio(best, default) if feasible else None,
+        "ratio_vs_rule_of_thumb": _ratio(best, thumb) if feasible else None,
+        "default_at_recommended_rate": same_rate_json(conf.same_rate),
         "flags": _flags(best) if feasible else None,
         "closest": None if feasible else _closest(finished),
-        "top": sorted(candidates.values(), key=lambda c: -(c["confirmed_rps"] or 0)),
+        "top": sorted((candidate_json(c) for c in conf.candidates),
+                      key=lambda c: -(c["confirmed_rps"] or 0)),
         "trials": [_trial_row(t) for t in finished],
-        "search": {
-            "sampler": run_info.get("settings", {}).get("sampler"),
-            "trials_finished": len(finished),
-            "trials_pruned": sum(t.state is TrialState.PRUNED for t in finished),
-            "levels_measured": sum(len(trial_levels(t)) for t in trials),
-            "measurement_s": sum(lv.get("wall_s") or 0.0 for t in trials for lv in trial_levels(t)),
-            "stopped_by": confirmation.get("stopped_by"),
-            "elapsed_s": confirmation.get("elapsed_s"),
-            "space": run_info.get("space", {}),
-            "fixed": run_info.get("fixed", {}),
-        },
-        "run_dir": str(files.root),
-    }
+        "search": _search(view, conf),
+        "run_dir": str(view.files.root),
+    }  # fmt: skip
     rec["summary"] = summary_line(rec)
     return clean_json(rec)
 
 
-def summary_line(rec: dict[str, Any]) -> str:
-    """The one sentence a reader needs."""
-    slo = rec["slo"]
-    if not rec["feasible"]:
-        c = rec.get("closest")
-        if not c:
-            return f"no config meets {slo}; nothing finished a load level"
-        return (
-            f"no config meets {slo}; the closest is trial {c['trial'] + 1} "
-            f"({_short(c['config'])}) with {c['term']} {c['value_ms']:.1f} ms "
-            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s"
-        )
-    best, unit = rec["best"], _unit(rec)
-    text = f"recommended: {_short(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
-    ratio, default = rec.get("ratio_vs_default"), rec.get("default")
-    if ratio is not None:
-        text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
-    elif default is not None:
-        text += f"; the vLLM default meets {slo} at no measured rate"
-    same = rec.get("default_at_recommended_rate")
-    if same and not same["default"]["meets_slo"]:
-        misses = missed_terms(same["default"])
-        what = (f"{misses[0]['metric']} {misses[0]['value_ms']:.1f} ms" if misses
-                else "it falls behind")  # fmt: skip
-        interval = unsettled_interval(misses[0]) if misses else None
-        if interval:
-            what += f", {interval}"
-        text += f"; at that rate the default misses the SLO ({what})"
-    return text
+def _objective(mode: Mode, info: dict[str, Any]) -> dict[str, Any]:
+    definition = GOODPUT_DEFINITION if mode is Mode.GOODPUT else CAPACITY_DEFINITION
+    return {"mode": mode.value, "rate_rps": info.get("rate_rps"), "definition": definition}
 
 
-def _unit(rec: dict[str, Any]) -> str:
-    return "good req/s" if rec["objective"]["mode"] == "goodput" else "req/s within " + rec["slo"]
+def _references(
+    view: RunView, candidates: dict[int, Candidate], info: dict[str, Any]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The default's and the rule of thumb's entries (the default stands in for a rule of
+    thumb that equals it)."""
+    default = view.with_role(Role.DEFAULT)
+    thumb = view.with_role(Role.RULE_OF_THUMB) or default
+    default_entry = config_entry(default, candidates.get(default.number)) if default else None
+    if thumb is None:
+        return default_entry, None
+    scenario = Scenario(info.get("scenario", Scenario.CHAT.value))
+    thumb_entry = config_entry(thumb, candidates.get(thumb.number))
+    thumb_entry.update(scenario=scenario.value, table=RULE_OF_THUMB_TEXT[scenario],
+                       same_as_default=thumb is default)  # fmt: skip
+    return default_entry, thumb_entry
 
 
-def _config_entry(trial: FrozenTrial, candidate: dict[str, Any] | None) -> dict[str, Any]:
+def config_entry(trial: TrialRecord, candidate: Candidate | None) -> dict[str, Any]:
     """One config's capacity and terms: confirmed figures when it was re-measured."""
-    levels = trial_levels(trial)
-    search_value = float(trial.value or 0.0) if trial.state is TrialState.COMPLETE else 0.0
+    value = float(trial.value or 0.0) if trial.state is TrialState.COMPLETE else 0.0
+    level = trial.level_at(trial.capacity_rps) or (trial.levels[0] if trial.levels else None)
+    verdict = candidate.verdict if candidate else (level.verdict if level else None)
+    binding = verdict.binding if verdict else None
     entry: dict[str, Any] = {
-        "trial": trial.number,
-        "role": trial.user_attrs.get(ROLE, Role.SEARCH.value),
-        "config": trial.user_attrs.get(KNOBS, {}),
-        "capacity_rps": search_value,
-        "search_capacity_rps": search_value,
-        "confirmed": False,
-    }
-    level = _level_at(levels, trial.user_attrs.get(CAPACITY)) or (levels[0] if levels else {})
-    entry["limited_by"] = limited_by(levels, trial.user_attrs.get(CAPACITY) or 0.0)
-    entry["rate_rps"] = level.get("rate_rps")
-    entry["terms"] = _level_terms(level)
-    entry["binding"] = level.get("binding")
+        "trial": trial.number, "role": trial.role.value, "config": knobs_to_json(trial.knobs),
+        "capacity_rps": value, "search_capacity_rps": value, "confirmed": False,
+        "limited_by": limited_by(trial), "rate_rps": verdict.rate_rps if verdict else None,
+        "terms": [term_json(t) for t in verdict.terms] if verdict else [],
+        "binding": binding.name if binding else None,
+    }  # fmt: skip
     if candidate is not None:
-        entry.update(
-            capacity_rps=candidate["confirmed_rps"] if candidate["clears"] else search_value,
-            confirmed=bool(candidate["clears"]),
-            repeats=candidate["repeats"],
-            rate_rps=candidate["rate_rps"],
-            terms=candidate["terms"],
-            capacity_ci=candidate.get("capacity_ci"),
-            goodput_ci=candidate.get("goodput_ci"),
-        )
-        entry["binding"] = min(candidate["terms"], key=lambda t: t["margin"])["metric"]
+        entry.update(capacity_rps=candidate.confirmed_rps if candidate.clears else value,
+                     confirmed=candidate.clears, repeats=candidate.repeats,
+                     capacity_ci=candidate_json(candidate)["capacity_ci"],
+                     goodput_ci=candidate_json(candidate)["goodput_ci"])  # fmt: skip
     return entry
 
 
-def limited_by(levels: list[dict[str, Any]], capacity_rps: float) -> str:
+def limited_by(trial: TrialRecord) -> str:
     """What failed at the lowest failing rate above the capacity, in words."""
-    failing = [lv for lv in levels if not lv.get("passed") and lv.get("rate_rps", 0) > capacity_rps]
+    capacity = trial.capacity_rps or 0.0
+    failing = [lv for lv in trial.levels if not lv.passed and lv.rate_rps > capacity]
     if not failing:
         return "not reached: the search stopped before any rate failed"
-    lv = min(failing, key=lambda x: x["rate_rps"])
-    rate = f"{lv['rate_rps']:.2f} req/s"
-    if (lv.get("error_rate") or 0.0) >= MAX_ERROR_RATE:
-        return f"errors: {lv['error_rate']:.0%} of requests failed at {rate}"
-    if not lv.get("slo_met", True):
-        metric = lv.get("binding")
-        value = lv.get(f"slo_{metric}_s")
-        shown = f" {value * 1e3:.1f} ms" if value is not None else ""
-        return f"{metric}{shown} over its limit at {rate}"
-    served = lv.get("served_fraction")
-    if served is not None and served < MIN_SERVED_FRACTION:
-        return f"queue: completions kept pace with only {served:.1%} of arrivals at {rate}"
-    return f"the load generator fell behind its schedule at {rate}"
-
-
-def _level_at(levels: list[dict[str, Any]], rate: float | None) -> dict[str, Any] | None:
-    hits = [lv for lv in levels if rate and lv.get("rate_rps") == rate]
-    return hits[-1] if hits else None
-
-
-def _level_terms(level: dict[str, Any]) -> list[dict[str, Any]]:
-    terms = []
-    for key, value in level.items():
-        if key.startswith("slo_") and key.endswith("_s") and value is not None:
-            metric = key[4:-2]
-            margin = level.get(f"slo_{metric}_margin")
-            limit_s = value / (1 - margin) if margin is not None and margin != 1 else None
-            limit_ms = limit_s * 1e3 if limit_s else None
-            terms.append(
-                {"metric": metric, "value_ms": value * 1e3, "limit_ms": limit_ms, "margin": margin}
-            )
-    return terms
+    return min(failing, key=lambda lv: lv.rate_rps).verdict.reason()
 
 
 def _ratio(best: dict[str, Any] | None, other: dict[str, Any] | None) -> float | None:
@@ -206,68 +126,35 @@ def _flags(best: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"vllm": vllm_flags(knobs), "sglang": sglang_flags(knobs), "notes": flag_notes(knobs)}
 
 
-def _closest(trials: list[FrozenTrial]) -> dict[str, Any] | None:
-    """The level that came nearest to meeting the SLO (largest binding margin)."""
-    best: tuple[float, FrozenTrial, dict[str, Any]] | None = None
-    for trial in trials:
-        for level in trial_levels(trial):
-            margin = level.get("binding_margin")
-            if margin is not None and (best is None or margin > best[0]):
-                best = (margin, trial, level)
-    if best is None:
+def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:
+    """The level that came nearest to meeting the SLO (its binding term's largest margin)."""
+    levels = [(t, lv, lv.verdict.binding) for t in trials for lv in t.levels]
+    scored = [x for x in levels if x[2] is not None and math.isfinite(x[2].margin_frac)]
+    if not scored:
         return None
-    margin, trial, level = best
-    metric = level.get("binding")
-    value_s = level.get(f"slo_{metric}_s")
-    limit_ms = value_s * 1e3 / (1 - margin) if value_s is not None and margin != 1 else None
+    trial, level, term = max(scored, key=lambda x: x[2].margin_frac)  # type: ignore[union-attr]
+    return {"trial": trial.number, "config": knobs_to_json(trial.knobs),
+            "rate_rps": level.rate_rps, **term_json(term)}  # fmt: skip
+
+
+def _trial_row(t: TrialRecord) -> dict[str, Any]:
+    complete = t.state is TrialState.COMPLETE
     return {
-        "trial": trial.number,
-        "config": trial.user_attrs.get(KNOBS, {}),
-        "rate_rps": level.get("rate_rps"),
-        "term": metric,
-        "value_ms": value_s * 1e3 if value_s is not None else math.nan,
-        "limit_ms": limit_ms,
-        "margin": margin,
-    }
+        "trial": t.number, "role": t.role.value, "state": t.state.name.lower(),
+        "config": knobs_to_json(t.knobs), "capacity_rps": t.capacity_rps,
+        "upper_bound_rps": t.upper_bound_rps, "value": t.value if complete else None,
+        "feasible": t.feasible, "outcome": t.ending.value if t.ending else None,
+        "levels": len(t.levels), "measurement_s": t.measurement_s,
+    }  # fmt: skip
 
 
-def _trial_row(t: FrozenTrial) -> dict[str, Any]:
-    levels = trial_levels(t)
+def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:
+    finished = view.finished
     return {
-        "trial": t.number,
-        "role": t.user_attrs.get(ROLE, Role.SEARCH.value),
-        "state": t.state.name.lower(),
-        "config": t.user_attrs.get(KNOBS, {}),
-        "capacity_rps": t.user_attrs.get(CAPACITY),
-        "upper_bound_rps": t.user_attrs.get(UPPER),
-        "value": t.value if t.state is TrialState.COMPLETE else None,
-        "feasible": all(c <= 0 for c in t.user_attrs.get(CONSTRAINTS, [])),
-        "outcome": t.user_attrs.get(OUTCOME),
-        "levels": len(levels),
-        "measurement_s": sum(lv.get("wall_s") or 0.0 for lv in levels),
-    }
-
-
-def _short(config: dict[str, Any]) -> str:
-    from tuner.report.live import short_config
-
-    return short_config(config)
-
-
-def write_reports(rec: dict[str, Any], study: optuna.Study, files: RunFiles) -> list[Any]:
-    """recommendation.json, .md (plots as PNG files) and a self-contained .html."""
-    from tuner.report.render import render_html, render_markdown, report_figures
-
-    figures = report_figures(rec, study)
-    files.plots_dir.mkdir(parents=True, exist_ok=True)
-    for name, png in figures.items():
-        (files.plots_dir / f"{name}.png").write_bytes(png)
-    paths = [files.write_json("recommendation.json", rec)]
-    for name, text in (
-        ("recommendation.md", render_markdown(rec, figures)),
-        ("recommendation.html", render_html(rec, figures)),
-    ):
-        path = files.root / name
-        path.write_text(text, encoding="utf-8")
-        paths.append(path)
-    return paths
+        "sampler": view.settings.get("sampler"), "trials_finished": len(finished),
+        "trials_pruned": sum(t.state is TrialState.PRUNED for t in finished),
+        "levels_measured": sum(len(t.levels) for t in view.trials),
+        "measurement_s": sum(t.measurement_s for t in view.trials),
+        "stopped_by": conf.stopped_by, "elapsed_s": conf.elapsed_s,
+        "space": view.info.get("space", {}), "fixed": view.info.get("fixed", {}),
+    }  # fmt: skip

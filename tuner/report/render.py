@@ -1,101 +1,35 @@
-"""Render the recommendation as Markdown and as one self-contained HTML page."""
+"""Render the recommendation JSON as Markdown and as one self-contained HTML page, and write
+every report file of a run."""
 
 from __future__ import annotations
 
 import base64
 import html
-import warnings
+from pathlib import Path
 from typing import Any
 
-import optuna
-from optuna.trial import TrialState
-
-from tuner.confirm.same_rate import same_rate_rows, same_rate_sentence
-from tuner.report.live import SHORT_NAMES
-from tuner.report.plots import TrialPoint, importance_plot, knob_plots, pareto_plot, progress_plot
-from tuner.search.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
-from tuner.search.study import ROLE
-from tuner.search.trial import CAPACITY, KNOBS, UPPER
-from tuner.store.runfiles import trial_levels
-
-_PARAM_LABELS = {
-    THRESHOLD_SWITCH: "threshold on/off",
-    THRESHOLD_FRACTION: "threshold / budget",
-    **SHORT_NAMES,
-}
-_FIGURE_TITLES = {
-    "pareto": "TTFT p99 against TPOT p99",
-    "knobs": "Capacity against each knob",
-    "importance": "Knob importance",
-    "progress": "Search progress",
-}
+from tuner.report.figures import FIGURE_TITLES, PARAM_LABELS
+from tuner.report.summary import bought_line, same_rate_sentence, short_config
+from tuner.store.runfiles import RunFiles
 
 
-def trial_points(study: optuna.Study, recommended: int | None) -> list[TrialPoint]:
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        levels = trial_levels(t)
-        if not levels:
-            continue
-        passing = [lv for lv in levels if lv.get("passed")]
-        level = max(passing, key=lambda lv: lv["rate_rps"]) if passing else levels[0]
-        complete = t.state is TrialState.COMPLETE
-        out.append(TrialPoint(
-            number=t.number, role=t.user_attrs.get(ROLE, "search"),
-            state="complete" if complete else "pruned", knobs=t.user_attrs.get(KNOBS, {}),
-            capacity_rps=t.user_attrs.get(CAPACITY) if complete else None,
-            upper_bound_rps=t.user_attrs.get(UPPER), ttft_p99_s=level.get("ttft_p99_s"),
-            tpot_p99_s=level.get("tpot_p99_s"), rate_rps=level.get("rate_rps"),
-            recommended=t.number == recommended,
-        ))  # fmt: skip
-    return out
-
-
-def importance(study: optuna.Study) -> dict[str, float] | None:
-    """Optuna's fANOVA importances over finished trials, None when there are too few."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(done) < 3 or len({t.value for t in done}) < 2:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw = optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError):
-        return None
-    return {_PARAM_LABELS.get(k, k): float(v) for k, v in raw.items()} or None
-
-
-def report_figures(rec: dict[str, Any], study: optuna.Study) -> dict[str, bytes]:
-    best = rec.get("best") or {}
-    points = trial_points(study, best.get("trial"))
-    limits = {t.get("metric"): t.get("limit_ms") for t in (best.get("terms") or [])}
-    figures = {}
-    if points:
-        ttft = limits.get("ttft_p99")
-        tpot = limits.get("tpot_p99")
-        figures["pareto"] = pareto_plot(points, ttft and ttft / 1e3, tpot and tpot / 1e3)
-        searched = list(rec.get("search", {}).get("space", {}))
-        figures["knobs"] = knob_plots(points, searched)
-        figures["progress"] = progress_plot(points)
-    imp = importance(study)
-    if imp:
-        rec["importance"] = imp
-        figures["importance"] = importance_plot(imp)
-    return figures
+def write_reports(rec: dict[str, Any], figures: dict[str, bytes], files: RunFiles) -> list[Path]:
+    """recommendation.json, .md (plots as PNG files) and a self-contained .html."""
+    files.plots_dir.mkdir(parents=True, exist_ok=True)
+    for name, png in figures.items():
+        (files.plots_dir / f"{name}.png").write_bytes(png)
+    paths = [files.write_json("recommendation.json", rec)]
+    for name, text in (
+        ("recommendation.md", render_markdown(rec, figures)),
+        ("recommendation.html", render_html(rec, figures)),
+    ):
+        path = files.root / name
+        path.write_text(text, encoding="utf-8")
+        paths.append(path)
+    return paths
 
 
 # ---- Markdown -------------------------------------------------------------------------------
-
-
-def bought_line(rec: dict[str, Any]) -> str | None:
-    """What measuring bought over the table's value, when both were measured."""
-    thumb, ratio = rec.get("rule_of_thumb"), rec.get("ratio_vs_rule_of_thumb")
-    if not thumb or ratio is None:
-        return None
-    same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
-    return (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} req/s"
-            f"{same}; the measured config serves {ratio:.2f}x that. What stops the "
-            f"recommended config going faster: {rec['best']['limited_by']}.")  # fmt: skip
 
 
 def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
@@ -116,7 +50,7 @@ def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
     if rec.get("top"):
         lines += ["## Top configs, re-measured", "", _md_table(*top_table(rec)), ""]
     for name in figures:
-        lines += [f"## {_FIGURE_TITLES[name]}", "", f"![{name}](plots/{name}.png)", ""]
+        lines += [f"## {FIGURE_TITLES[name]}", "", f"![{name}](plots/{name}.png)", ""]
     lines += ["## Setup", "", _md_table(*setup_table(rec)), ""]
     lines += ["## Trials", "", _md_table(*trials_table(rec)), ""]
     return "\n".join(lines)
@@ -144,7 +78,7 @@ def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             label = f"rule of thumb ({e.get('table')})"
         cap = e.get("capacity_rps") or 0.0
         ratio = f"{cap / default_cap:.2f}x" if default_cap else "-"
-        rows.append([label, _short(e["config"]), f"{cap:.2f} req/s", _interval(e),
+        rows.append([label, short_config(e["config"]), f"{cap:.2f} req/s", _interval(e),
                      e.get("limited_by", "-"), _binding(e), ratio])  # fmt: skip
     return header, rows
 
@@ -163,8 +97,24 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
         terms = "; ".join(f"{t['metric']} {t['value_ms']:.1f} [{t['low_ms']:.1f}, "
                           f"{t['high_ms']:.1f}] ms" for t in c["terms"])  # fmt: skip
-        rows.append([str(c["trial"] + 1), _short(c["config"]), f"{c['value']:.2f}",
+        rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
                      f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
+    return header, rows
+
+
+def same_rate_rows(same: dict[str, Any] | None) -> tuple[list[str], list[list[str]]] | None:
+    """A config-by-term table of the recommended config and the default at the same rate."""
+    if not same:
+        return None
+    metrics = [t["term"] for t in same["recommended"]["terms"]]
+    header = ["at " + f"{same['rate_rps']:.2f} req/s", *metrics, "served", "meets SLO"]
+    rows = []
+    for label, key in (("recommended", "recommended"), ("vLLM default", "default")):
+        e = same[key]
+        cells = [f"{t['value_ms']:.1f} ms [{t['low_ms']:.1f}, {t['high_ms']:.1f}]"
+                 for t in e["terms"]]  # fmt: skip
+        meets = "yes" if e["meets_slo"] else "no"
+        rows.append([label, *cells, f"{e['served_fraction']:.0%}", meets])
     return header, rows
 
 
@@ -181,6 +131,7 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                      + _level_text(wl)],
         ["target", f"{tgt.get('description')} on {tgt.get('device')}"],
         ["model", f"{tgt.get('model')} (max_model_len {tgt.get('max_model_len')})"],
+        ["default config", _default_text(tgt)],
         ["search", f"{search.get('sampler')}: {search.get('trials_finished')} trials "
                    f"({search.get('trials_pruned')} pruned), {search.get('levels_measured')} "
                    f"load levels, {search.get('measurement_s', 0):.0f} s measuring; stopped by "
@@ -202,9 +153,17 @@ def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             cap_text = f"< {t['upper_bound_rps']:.2f}"
         else:
             cap_text = f"{cap:.2f}" if cap is not None else "-"
-        rows.append([str(t["trial"] + 1), t["role"], t["state"], _short(t["config"]), cap_text,
-                     str(t["levels"]), f"{t['measurement_s']:.0f}"])  # fmt: skip
+        rows.append([str(t["trial"] + 1), t["role"], t["state"], short_config(t["config"]),
+                     cap_text, str(t["levels"]), f"{t['measurement_s']:.0f}"])  # fmt: skip
     return header, rows
+
+
+def _default_text(target: dict[str, Any]) -> str:
+    """The config every comparison is against, and where it comes from (a device row)."""
+    config = target.get("default_config")
+    if not config:
+        return "-"
+    return f"{short_config(config)} ({target.get('default_source')})"
 
 
 def _level_text(wl: dict[str, Any]) -> str:
@@ -232,14 +191,8 @@ def _binding(e: dict[str, Any]) -> str:
     return f"{term['metric']} {term['value_ms']:.1f} ms" + (f" / {limit:g} ms" if limit else "")
 
 
-def _short(config: dict[str, Any]) -> str:
-    from tuner.report.live import short_config
-
-    return short_config(config)
-
-
 def _label(name: str) -> str:
-    return _PARAM_LABELS.get(name, name)
+    return PARAM_LABELS.get(name, name)
 
 
 # ---- HTML -----------------------------------------------------------------------------------
@@ -287,7 +240,7 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "</p>"]  # fmt: skip
     for name, png in figures.items():
         data = base64.b64encode(png).decode("ascii")
-        parts += [f"<h2>{_FIGURE_TITLES[name]}</h2>",
+        parts += [f"<h2>{FIGURE_TITLES[name]}</h2>",
                   f"<img alt='{name}' src='data:image/png;base64,{data}'>"]  # fmt: skip
     parts += ["<h2>Setup</h2>", _html_table(*setup_table(rec), header=False)]
     parts += ["<h2>Trials</h2>", _html_table(*trials_table(rec)), "</body></html>"]

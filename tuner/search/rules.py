@@ -10,9 +10,8 @@ range we measure its lower end, the value a latency-minded engineer would start 
 from __future__ import annotations
 
 import enum
-from typing import Any
 
-from engine_lite import EngineConfig
+from tuner.targets.knobs import Knobs
 
 
 class Scenario(enum.StrEnum):
@@ -52,8 +51,7 @@ def scenario_for(workload: str) -> Scenario:
     return _WORKLOAD_SCENARIO.get(workload, Scenario.CHAT)
 
 
-def rule_of_thumb_knobs(scenario: Scenario, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """vLLM's defaults with the table's token budget (never below max_num_seqs)."""
-    knobs = dict(base or EngineConfig().scheduler_knobs())
-    knobs["max_num_batched_tokens"] = max(RULE_OF_THUMB_BUDGET[scenario], knobs["max_num_seqs"])
-    return knobs
+def rule_of_thumb_knobs(scenario: Scenario, default: Knobs) -> Knobs:
+    """The default config with the table's token budget (never below max_num_seqs)."""
+    budget = max(RULE_OF_THUMB_BUDGET[scenario], default.get("max_num_seqs", 1))
+    return {**default, "max_num_batched_tokens": budget}

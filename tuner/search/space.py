@@ -1,34 +1,28 @@
-"""The knobs a study searches, their ranges, and `--param` / `--fix` parsing."""
+"""The knobs a study searches, their ranges, and `--param` / `--fix` parsing.
+
+The space holds only knobs the target can set (its `KnobSpace`); every config it suggests is
+the target's defaults with the searched and pinned knobs applied, tied together by vLLM's
+`SchedulerConfig` rules.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine_lite import EngineConfig, Policy
+from engine_lite import Policy
 from tuner.errors import TuneError
-
-# vLLM SchedulerConfig names; the order is the order a trial suggests them in, so a knob that
-# bounds another (chunking, the budget) is known before the knob it bounds.
-KNOB_ORDER = (
-    "max_num_seqs",
-    "enable_chunked_prefill",
-    "max_num_batched_tokens",
-    "long_prefill_token_threshold",
-    "max_num_partial_prefills",
-    "max_long_partial_prefills",
-    "policy",
-)
-INT_KNOBS = frozenset(KNOB_ORDER) - {"enable_chunked_prefill", "policy"}
+from tuner.targets.knobs import KNOBS, KnobKind, Knobs, KnobSpace, knob
 
 # Optuna parameter names of the default threshold dimension: a switch, and the cap as a fraction
 # of the budget (a cap above the budget never binds, so a fraction keeps every sample meaningful).
 THRESHOLD_SWITCH = "long_prefill"
 THRESHOLD_FRACTION = "long_prefill_fraction"
 MAX_PARTIAL_PREFILLS = 4
-# Knobs whose useful values span orders of magnitude.
-_LOG_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold")
+BUDGET = "max_num_batched_tokens"
+THRESHOLD = "long_prefill_token_threshold"
 
 
 class Suggester(Protocol):
@@ -68,29 +62,31 @@ Domain = IntRange | Choices | BudgetFraction
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Searched knobs with their domains, pinned knobs, and the model facts that bound them."""
+    """Searched knobs with their domains, pinned knobs, and the facts that bound them."""
 
     domains: dict[str, Domain]
-    fixed: dict[str, Any]
+    fixed: Knobs
     block_size: int
     max_model_len: int
-    longest_prompt: int
-    base: dict[str, Any] = field(default_factory=lambda: EngineConfig().scheduler_knobs())
+    base: Knobs  # the target's defaults
 
-    def suggest(self, trial: Suggester) -> dict[str, Any]:
-        """The seven scheduler knobs of one trial, valid for `EngineConfig`."""
+    def default_config(self) -> Knobs:
+        """The target's default config, with the `--fix` pins."""
+        return self.normalise({**self.base, **self.fixed})
+
+    def suggest(self, trial: Suggester) -> Knobs:
+        """One trial's config: the base with every searched knob suggested."""
         knobs = {**self.base, **self.fixed}
-        for name in KNOB_ORDER:
+        for name in KNOBS:  # catalogue order: a knob before the knobs it bounds
             domain = self.domains.get(name)
-            if domain is None or not self._applies(name, knobs):
-                continue
-            knobs[name] = self._suggest_one(trial, name, domain, knobs)
+            if domain is not None and self._applies(name, knobs):
+                knobs[name] = self._suggest_one(trial, name, domain, knobs)
         return self.normalise(knobs)
 
-    def to_params(self, knobs: dict[str, Any]) -> dict[str, Any]:
+    def to_params(self, knobs: Knobs) -> dict[str, Any]:
         """Optuna params that make `suggest` reproduce `knobs` (for enqueueing a known config)."""
         params: dict[str, Any] = {}
-        for name in KNOB_ORDER:
+        for name in KNOBS:
             domain = self.domains.get(name)
             if domain is None or not self._applies(name, knobs):
                 continue
@@ -98,73 +94,69 @@ class SearchSpace:
             if _is_switched(name, domain):
                 params[THRESHOLD_SWITCH] = "on" if value else "off"
                 if value and isinstance(domain, BudgetFraction):
-                    params[THRESHOLD_FRACTION] = value / knobs["max_num_batched_tokens"]
+                    params[THRESHOLD_FRACTION] = value / knobs[BUDGET]
                 elif value:
                     params[name] = value
             else:
-                params[name] = str(value) if isinstance(value, Policy) else value
+                params[name] = KNOBS[name].to_json(value)
         return params
 
-    def contains(self, knobs: dict[str, Any]) -> bool:
+    def contains(self, knobs: Knobs) -> bool:
         """True when every searched knob's value lies in its domain and pinned knobs match."""
         if any(knobs.get(k) != v for k, v in self.fixed.items()):
             return False
-        for name, domain in self.domains.items():
-            value = knobs[name]
-            if isinstance(domain, Choices) and value not in domain.values:
-                return False
-            if isinstance(domain, IntRange) and not domain.low <= value <= domain.high:
-                return False
-            if isinstance(domain, BudgetFraction) and value:
-                frac = value / knobs["max_num_batched_tokens"]
-                if not domain.low <= frac <= domain.high:
-                    return False
-        return True
+        return all(_in_domain(domain, knobs[n], knobs) for n, domain in self.domains.items())
 
-    def expressible(self, knobs: dict[str, Any]) -> bool:
-        """Can a trial of this space run `knobs`? Out-of-range integers can be enqueued (Optuna
-        takes them as they are); a value missing from a list of choices cannot."""
+    def expressible(self, knobs: Knobs) -> bool:
+        """Can a trial of this space run `knobs`? Knobs the space does not search must keep the
+        base value; out-of-range integers can be enqueued (Optuna takes them as they are), a
+        value missing from a list of choices cannot."""
+        default = self.default_config()
+        if any(knobs.get(k) != v for k, v in default.items() if k not in self.domains):
+            return False
         return all(
             knobs[name] in domain.values
             for name, domain in self.domains.items()
             if isinstance(domain, Choices)
         )
 
-    def normalise(self, knobs: dict[str, Any]) -> dict[str, Any]:
-        """Apply the rules that tie knobs together, as vLLM's SchedulerConfig checks them."""
+    def normalise(self, knobs: Knobs) -> Knobs:
+        """Apply the rules that tie knobs together, as vLLM's SchedulerConfig checks them (a
+        rule applies only to knobs the target has)."""
         out = dict(knobs)
-        out["policy"] = Policy(out["policy"])
-        budget = _round_to_block(out["max_num_batched_tokens"], self.block_size)
-        budget = max(budget, out["max_num_seqs"])
-        if not out["enable_chunked_prefill"]:
-            # Without chunking a whole prompt must fit one step.
-            budget = max(budget, self.max_model_len)
+        chunked = out.get("enable_chunked_prefill", True)
+        if "policy" in out:
+            out["policy"] = Policy(out["policy"])
+        budget = _round_to_block(out[BUDGET], self.block_size)
+        budget = max(budget, out.get("max_num_seqs", 1))
+        if not chunked:
+            budget = max(budget, self.max_model_len)  # without chunking a prompt fits one step
+        out[BUDGET] = budget
+        if THRESHOLD in out:
+            out[THRESHOLD] = min(out[THRESHOLD], budget, self.max_model_len)
+        if "max_num_partial_prefills" in out and not chunked:
             out["max_num_partial_prefills"] = 1
-        out["max_num_batched_tokens"] = budget
-        out["long_prefill_token_threshold"] = min(
-            out["long_prefill_token_threshold"], budget, self.max_model_len
-        )
-        out["max_long_partial_prefills"] = min(
-            out["max_long_partial_prefills"], out["max_num_partial_prefills"]
-        )
+        if "max_long_partial_prefills" in out:
+            out["max_long_partial_prefills"] = min(
+                out["max_long_partial_prefills"], out.get("max_num_partial_prefills", 1)
+            )
         return out
 
     def describe(self) -> dict[str, str]:
-        """One human-readable line per searched knob, for reports and `--help` output."""
+        """One human-readable line per searched knob, for reports."""
         return {name: _describe(domain) for name, domain in self.domains.items()}
 
-    def _applies(self, name: str, knobs: dict[str, Any]) -> bool:
+    def _applies(self, name: str, knobs: Knobs) -> bool:
         partial = ("max_num_partial_prefills", "max_long_partial_prefills")
-        if name in partial and not knobs["enable_chunked_prefill"]:
+        if name in partial and not knobs.get("enable_chunked_prefill", True):
             return False
         if name == "max_long_partial_prefills":
-            return knobs["max_num_partial_prefills"] > 1
+            return knobs.get("max_num_partial_prefills", 1) > 1
         return True
 
-    def _suggest_one(self, trial: Suggester, name: str, domain: Domain, knobs: dict) -> Any:
+    def _suggest_one(self, trial: Suggester, name: str, domain: Domain, knobs: Knobs) -> Any:
         if isinstance(domain, Choices):
-            choices = [str(v) if isinstance(v, Policy) else v for v in domain.values]
-            return trial.suggest_categorical(name, choices)
+            return trial.suggest_categorical(name, [KNOBS[name].to_json(v) for v in domain.values])
         switched = _is_switched(name, domain)
         if switched and trial.suggest_categorical(THRESHOLD_SWITCH, ["off", "on"]) == "off":
             return 0
@@ -172,115 +164,113 @@ class SearchSpace:
             low = max(domain.low, 1) if switched else domain.low
             return trial.suggest_int(name, low, domain.high, log=domain.log)
         frac = trial.suggest_float(THRESHOLD_FRACTION, domain.low, domain.high, log=True)
-        budget = _round_to_block(knobs["max_num_batched_tokens"], self.block_size)
+        budget = _round_to_block(knobs[BUDGET], self.block_size)
         return max(self.block_size, _round_to_block(frac * budget, self.block_size))
+
+
+def _in_domain(domain: Domain, value: Any, knobs: Knobs) -> bool:
+    if isinstance(domain, Choices):
+        return value in domain.values
+    if isinstance(domain, IntRange):
+        return domain.low <= value <= domain.high
+    return not value or domain.low <= value / knobs[BUDGET] <= domain.high
 
 
 def _is_switched(name: str, domain: Domain) -> bool:
     """The threshold's "off" (0) is a switch of its own, not the bottom of a log range."""
     if isinstance(domain, BudgetFraction):
         return True
-    return (
-        name == "long_prefill_token_threshold" and isinstance(domain, IntRange) and domain.low == 0
-    )
+    return name == THRESHOLD and isinstance(domain, IntRange) and domain.low == 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceFacts:
+    """What bounds the default domains: the target and the workload."""
+
+    block_size: int
+    max_model_len: int
+    longest_prompt: int
+
+
+def _budget_domain(
+    facts: SpaceFacts, base: Knobs, params: dict[str, Domain], fixed: Knobs
+) -> IntRange:
+    seqs = _largest(params.get("max_num_seqs"), fixed.get("max_num_seqs", base["max_num_seqs"]))
+    low = _round_up(max(256, seqs), facts.block_size)
+    # "A few times the longest prompt", and never below the default so the default is inside.
+    high = max(base[BUDGET], _pow2_ceil(4 * facts.longest_prompt), low)
+    return IntRange(low, high, log=True)
+
+
+# The knobs searched unless --param / --fix say otherwise, and their domains. Capacity is
+# roughly unimodal in the budget; the threshold only matters below the longest prompts.
+DEFAULT_DOMAINS: dict[str, Callable[..., Domain]] = {
+    BUDGET: _budget_domain,
+    THRESHOLD: lambda *_: BudgetFraction(),
+    "max_num_partial_prefills": lambda *_: IntRange(1, MAX_PARTIAL_PREFILLS),
+    "max_long_partial_prefills": lambda *_: IntRange(1, MAX_PARTIAL_PREFILLS),
+    "policy": lambda *_: Choices(tuple(p.value for p in Policy)),
+}
 
 
 def build_space(
-    *,
-    block_size: int,
-    max_model_len: int,
-    longest_prompt: int,
+    knob_space: KnobSpace,
+    facts: SpaceFacts,
     params: dict[str, Domain] | None = None,
-    fixed: dict[str, Any] | None = None,
+    fixed: Knobs | None = None,
 ) -> SearchSpace:
-    """The default space narrowed or widened by `--param` and pinned by `--fix`."""
-    params = dict(params or {})
-    fixed = dict(fixed or {})
+    """The target's default space narrowed or widened by `--param` and pinned by `--fix`."""
+    params, fixed = dict(params or {}), dict(fixed or {})
     both = sorted(set(params) & set(fixed))
     if both:
         raise TuneError(f"{both[0]} is both searched (--param) and pinned (--fix); drop one")
-    base = EngineConfig().scheduler_knobs()
-    max_seqs = _largest(params.get("max_num_seqs"), fixed.get("max_num_seqs", base["max_num_seqs"]))
-    budget_low = _round_up(max(256, max_seqs), block_size)
-    # "A few times the longest prompt", and never below vLLM's default so the default is inside.
-    budget_high = max(base["max_num_batched_tokens"], _pow2_ceil(4 * longest_prompt), budget_low)
-    domains: dict[str, Domain] = {
-        "max_num_batched_tokens": IntRange(budget_low, budget_high, log=True),
-        "long_prefill_token_threshold": BudgetFraction(),
-        "max_num_partial_prefills": IntRange(1, MAX_PARTIAL_PREFILLS),
-        "max_long_partial_prefills": IntRange(1, MAX_PARTIAL_PREFILLS),
-        "policy": Choices(tuple(p.value for p in Policy)),
+    for name in params:
+        knob_space.check_settable(name, "--param")
+    for name in fixed:
+        knob_space.check_settable(name, "--fix")
+    base = knob_space.defaults
+    domains = {
+        name: make(facts, base, params, fixed)
+        for name, make in DEFAULT_DOMAINS.items()
+        if name in knob_space.settable and name not in fixed
     }
     domains.update(params)
-    for name in fixed:
-        domains.pop(name, None)
-    return SearchSpace(domains, fixed, block_size, max_model_len, longest_prompt, base)
+    ordered = {name: domains[name] for name in KNOBS if name in domains}
+    return SearchSpace(ordered, fixed, facts.block_size, facts.max_model_len, base)
 
 
 def parse_param(text: str) -> tuple[str, Domain]:
     """`NAME=v1,v2` (choices) or `NAME=lo..hi` (an integer range) from `--param`."""
-    name, value = _split(text, "--param")
+    k, value = _split(text, "--param")
     if ".." in value:
-        if name not in INT_KNOBS:
+        if k.kind is not KnobKind.INT:
             raise TuneError(
-                f"--param {text!r}: {name} is not an integer knob; list its values, "
-                f"e.g. {name}={_example_choices(name)}"
+                f"--param {text!r}: {k.name} is not an integer knob; list its values, "
+                f"e.g. {k.name}={k.example()}"
             )
         lo_text, _, hi_text = value.partition("..")
-        low, high = _parse_value(name, lo_text), _parse_value(name, hi_text)
+        low, high = k.parse(lo_text), k.parse(hi_text)
         if low > high:
             raise TuneError(f"--param {text!r}: {low} > {high}; write the range as low..high")
-        return name, IntRange(low, high, log=name in _LOG_KNOBS)
-    values = tuple(dict.fromkeys(_parse_value(name, v) for v in value.split(",")))
-    return name, Choices(values)
+        return k.name, IntRange(low, high, log=k.log_scale)
+    return k.name, Choices(tuple(dict.fromkeys(k.parse(v) for v in value.split(","))))
 
 
 def parse_fix(text: str) -> tuple[str, Any]:
     """`NAME=v` from `--fix`."""
-    name, value = _split(text, "--fix")
-    return name, _parse_value(name, value)
+    k, value = _split(text, "--fix")
+    return k.name, k.parse(value)
 
 
-def _split(text: str, flag: str) -> tuple[str, str]:
+def _split(text: str, flag: str) -> tuple[Any, str]:
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not value:
         raise TuneError(f"{flag} {text!r} is malformed; write NAME=VALUE, e.g. {flag} policy=...")
-    if name not in KNOB_ORDER:
-        raise TuneError(f"{flag} {text!r}: unknown knob {name!r}; knobs: {', '.join(KNOB_ORDER)}")
-    return name, value
-
-
-def _parse_value(name: str, text: str) -> Any:
-    text = text.strip()
-    if name == "policy":
-        try:
-            return Policy(text)
-        except ValueError:
-            raise TuneError(
-                f"{name}={text!r} is invalid; use one of {_example_choices(name)}"
-            ) from None
-    if name == "enable_chunked_prefill":
-        lowered = text.lower()
-        if lowered in ("true", "on", "1", "yes"):
-            return True
-        if lowered in ("false", "off", "0", "no"):
-            return False
-        raise TuneError(f"{name}={text!r} is invalid; use true or false")
     try:
-        value = int(text)
-    except ValueError:
-        raise TuneError(f"{name}={text!r} is invalid; use an integer") from None
-    minimum = 0 if name == "long_prefill_token_threshold" else 1
-    if value < minimum:
-        raise TuneError(f"{name}={value} is invalid; use an integer >= {minimum}")
-    return value
-
-
-def _example_choices(name: str) -> str:
-    if name == "policy":
-        return ",".join(p.value for p in Policy)
-    return "true,false" if name == "enable_chunked_prefill" else "1,2"
+        return knob(name), value
+    except TuneError as exc:
+        raise TuneError(f"{flag} {text!r}: {exc}") from None
 
 
 def _describe(domain: Domain) -> str:

@@ -1,42 +1,52 @@
-"""The configs a study measures before its sampler: the references and a budget sweep."""
+"""How a study starts: the references and the budget sweep it queues before its sampler, and
+the rate the first trial starts at."""
 
 from __future__ import annotations
 
+import math
 import warnings
-from typing import Any
 
 import optuna
 
+from tuner.measure.meter import Meter
 from tuner.search.rules import Scenario, rule_of_thumb_knobs
-from tuner.search.space import IntRange, SearchSpace
-from tuner.search.study import ROLE, Role, has_role
+from tuner.search.space import BUDGET, IntRange, SearchSpace
+from tuner.search.study import has_role
+from tuner.store import attrs
+from tuner.store.records import Role
+from tuner.targets.knobs import Knobs
+
+# The first trial starts at this share of the throughput measured on a burst of the request list
+# (a burst's prefill-heavy throughput sits below the sustained capacity on the CPU preset).
+START_FRACTION_OF_BURST = 0.8
+MIN_START_RPS = 0.05
 
 
-def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, dict]]:
-    """The default config and the rule of thumb (pins from --fix apply to both)."""
-    base = space.normalise({**space.base, **space.fixed})
-    refs = [(Role.DEFAULT, base)]
-    thumb = space.normalise(rule_of_thumb_knobs(scenario, base))
-    if thumb != base:
+def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, Knobs]]:
+    """The target's default config and the rule of thumb (pins from --fix apply to both)."""
+    default = space.default_config()
+    refs = [(Role.DEFAULT, default)]
+    thumb = space.normalise(rule_of_thumb_knobs(scenario, default))
+    if thumb != default:
         refs.append((Role.RULE_OF_THUMB, thumb))
     return refs
 
 
-def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[dict[str, Any]]:
+def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[Knobs]:
     """The default config at budgets 4x apart across the searched range.
 
     Capacity is roughly unimodal in the budget, so a coarse sweep along it is the most
     informative start the sampler can get; each point that loses is pruned after one level.
     """
-    domain = space.domains.get("max_num_batched_tokens")
+    domain = space.domains.get(BUDGET)
     if not isinstance(domain, IntRange):
         return []
-    base = space.normalise({**space.base, **space.fixed})
-    taken = {k["max_num_batched_tokens"] for _, k in reference_configs(space, scenario)}
+    default = space.default_config()
+    taken = {k[BUDGET] for _, k in reference_configs(space, scenario)}
     out, budget = [], domain.low
     while budget <= domain.high:
-        knobs = space.normalise({**base, "max_num_batched_tokens": budget})
-        if knobs["max_num_batched_tokens"] not in taken:
+        knobs = space.normalise({**default, BUDGET: budget})
+        if knobs[BUDGET] not in taken:
             out.append(knobs)
         budget *= 4
     return out
@@ -55,9 +65,27 @@ def enqueue_starting_configs(
         if role.is_reference and has_role(study, role):
             continue
         if not space.expressible(knobs):
-            notes.append(f"the {role.value} config uses a value --param excludes; not measured")
+            notes.append(f"the {role.value} config is outside what can be searched; not measured")
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a reference outside a narrowed range is intended
-            study.enqueue_trial(space.to_params(knobs), user_attrs={ROLE: role.value})
+            study.enqueue_trial(space.to_params(knobs), user_attrs=attrs.role_attrs(role))
     return notes
+
+
+async def calibrated_start_rps(
+    study: optuna.Study, meter: Meter, default: Knobs, burst: int
+) -> float:
+    """The first trial's start rate: a share of the throughput on a burst of the first `burst`
+    requests, on the default config. Kept in the study, so a resumed run and other workers
+    reuse it instead of measuring again."""
+    known = attrs.start_rate(study)
+    if known:
+        return known
+    await meter.target.apply(default)
+    burst_meter = Meter(meter.target, meter.requests[:burst], meter.slo, meter.settings,
+                        meter.rules, meter.clock)  # fmt: skip
+    run = await burst_meter.level(math.inf)
+    start = max(MIN_START_RPS, START_FRACTION_OF_BURST * run.level.request_throughput_rps)
+    attrs.set_start_rate(study, start)
+    return start

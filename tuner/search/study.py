@@ -18,27 +18,10 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import TuneError
+from tuner.store import attrs
+from tuner.store.records import Mode, Role
 
-ROLE = "role"  # user attr: a Role value
-WORKER = "worker"  # user attr: "host:pid" of the process measuring the trial
-HEARTBEAT = "heartbeat"  # user attr: wall-clock time of the trial's last finished level
-CONSTRAINTS = "constraints"  # user attr: SLO terms as value - limit (<= 0 is feasible)
-META = "tune_meta"  # study user attr: what the study measures; a resume must match it
 STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
-
-
-class Role(enum.StrEnum):
-    """Why a trial exists: a reference config the report compares against, or the search."""
-
-    DEFAULT = "default"
-    RULE_OF_THUMB = "rule_of_thumb"
-    SWEEP = "sweep"  # a coarse budget sweep queued first: capacity is ~unimodal in the budget
-    SEARCH = "search"
-
-    @property
-    def is_reference(self) -> bool:
-        """Reference configs run to the end; the report compares against their capacity."""
-        return self in (Role.DEFAULT, Role.RULE_OF_THUMB)
 
 
 class SamplerName(enum.StrEnum):
@@ -120,7 +103,7 @@ def _has_set_constraint() -> bool:
 
 def constraints_func(trial: FrozenTrial) -> Sequence[float]:
     """Optuna's constraint values for `--rate` mode: each <= 0 when that SLO term holds."""
-    return trial.user_attrs.get(CONSTRAINTS, [1.0])
+    return attrs.constraints_of(trial, missing=[1.0])
 
 
 class CapacityPruner(BasePruner):
@@ -134,7 +117,7 @@ class CapacityPruner(BasePruner):
     """
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if Role(trial.user_attrs.get(ROLE, Role.SEARCH.value)).is_reference:
+        if attrs.role_of(trial).is_reference:
             return False
         step = trial.last_step
         if step is None:
@@ -157,7 +140,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
         for t in done
         if t.value is not None
         and math.isfinite(t.value)
-        and all(c <= 0 for c in t.user_attrs.get(CONSTRAINTS, []))
+        and all(c <= 0 for c in attrs.constraints_of(t))
     ]
     return max(ok, key=lambda t: t.value or 0.0, default=None)
 
@@ -182,9 +165,9 @@ def open_study(
         )
     except (ImportError, ValueError, RuntimeError) as exc:
         raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
-    old = study.user_attrs.get(META)
+    old = attrs.study_meta(study)
     if old is None:
-        study.set_user_attr(META, meta)
+        attrs.set_study_meta(study, meta)
         return study
     for key in sorted(set(old) | set(meta)):
         if old.get(key) != meta.get(key):
@@ -193,10 +176,6 @@ def open_study(
                 f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
             )
     return study
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
@@ -209,9 +188,8 @@ def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> lis
     host = socket.gethostname()
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = str(trial.user_attrs.get(WORKER, ""))
-        trial_host, _, pid = worker.rpartition(":")
-        beat = trial.user_attrs.get(HEARTBEAT, trial.datetime_start.timestamp())
+        trial_host, _, pid = attrs.worker_of(trial).rpartition(":")
+        beat = attrs.last_beat_s(trial)
         dead_here = trial_host == host and pid.isdigit() and not _pid_alive(int(pid))
         if not (dead_here or now_s - beat > STALE_AFTER_S):
             continue
@@ -219,8 +197,7 @@ def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> lis
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, RuntimeError):  # another worker recovered it first
             continue
-        role = trial.user_attrs.get(ROLE, Role.SEARCH.value)
-        study.enqueue_trial(trial.params, user_attrs={ROLE: role})
+        study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(attrs.role_of(trial)))
         recovered.append(trial.number)
     return recovered
 
@@ -242,13 +219,21 @@ def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
 
 
-def trial_with_role(trials: Sequence[FrozenTrial], role: Role) -> FrozenTrial | None:
-    """The latest of `trials` measured in this role (a reference re-run after a crash wins)."""
-    hits = [t for t in trials if t.user_attrs.get(ROLE) == role.value]
-    return hits[-1] if hits else None
-
-
 def has_role(study: optuna.Study, role: Role) -> bool:
     """A trial with this role exists (finished, running or queued), so do not enqueue another."""
     live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    return any(t.user_attrs.get(ROLE) == role.value for t in study.get_trials(states=live))
+    return any(attrs.role_of(t) is role for t in study.get_trials(states=live))
+
+
+def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
+    """The k best finished trials worth confirming (positive value; feasible in --rate mode),
+    the same config measured twice (a reference and a search hit) once."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if mode is Mode.GOODPUT:
+        done = [t for t in done if all(c <= 0 for c in attrs.constraints_of(t, missing=[1.0]))]
+    ranked = sorted((t for t in done if t.value is not None and t.value > 0),
+                    key=lambda t: t.value or 0.0, reverse=True)  # fmt: skip
+    unique: dict[str, FrozenTrial] = {}
+    for t in ranked:
+        unique.setdefault(repr(sorted(t.user_attrs.get(attrs.KNOBS, {}).items())), t)
+    return list(unique.values())[:k]

@@ -3,8 +3,10 @@
 results/<run>/study.db                      Optuna storage (unless --storage says otherwise)
 results/<run>/run.json                      settings, so `tune report` and resumes find them
 results/<run>/records/trial-0007-level-02.jsonl   per-request records of each load level
-results/<run>/records/confirm-0007-rep-1.jsonl    re-measurements of the top configs
-results/<run>/records_recommended.jsonl, records_default.jsonl
+results/<run>/records/confirm-0007-01-12.5rps.jsonl  re-measurements of the top configs
+                                            (+ .level.json: that level's figures)
+results/<run>/records_recommended.jsonl, records_default.jsonl,
+              records_default_at_recommended_rate.jsonl
 results/<run>/trials.csv (+ trials.parquet with pyarrow)  one row per trial and load level
 results/<run>/confirmation.json             intervals and the choice they led to
 results/<run>/recommendation.{json,md,html}, plots/*.png
@@ -12,24 +14,27 @@ results/<run>/recommendation.{json,md,html}, plots/*.png
 
 from __future__ import annotations
 
-import enum
 import json
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from loadgen.records import RequestRecord, read_records_jsonl, write_records_jsonl
 from tuner.errors import TuneError
-from tuner.search.study import ROLE, Role
-from tuner.search.trial import CAPACITY, KNOBS, LEVEL_PREFIX, OUTCOME, UPPER
+from tuner.measure.judge import Run
+from tuner.measure.level import LevelRun
+from tuner.store.codec import clean_json, level_row
+from tuner.store.records import TrialRecord
+from tuner.targets.knobs import knobs_to_json
 
 RUN_FILE = "run.json"
 CONFIRMATION_FILE = "confirmation.json"
+RECOMMENDED_RECORDS = "records_recommended.jsonl"
+DEFAULT_RECORDS = "records_default.jsonl"
+SAME_RATE_RECORDS = "records_default_at_recommended_rate.jsonl"
 _CONFIRM_FILE = re.compile(r"-(\d+(?:\.\d+)?)rps\.jsonl$")
 
 
@@ -50,13 +55,31 @@ class RunFiles:
     def confirm_path(self, trial: int, index: int, rate_rps: float) -> Path:
         return self.records_dir / f"confirm-{trial:04d}-{index:02d}-{rate_rps:.6f}rps.jsonl"
 
-    def confirm_levels(self, trial: int) -> list[tuple[float, Path]]:
-        """(rate, path) of a trial's confirmation runs, in the order they were measured."""
+    def write_confirm_run(self, trial: int, index: int, run: LevelRun) -> None:
+        """A re-measurement's records, and its figures beside them (for `tune report`)."""
+        path = self.confirm_path(trial, index, run.level.rate_rps)
+        self.write_records(path, run.records)
+        self._write_text(path.with_suffix(".level.json"), json.dumps(level_row(run.level)))
+
+    def confirm_runs(self, trial: int) -> list[Run]:
+        """A trial's re-measurements, in the order they were measured."""
         out = []
         for path in sorted(self.records_dir.glob(f"confirm-{trial:04d}-*rps.jsonl")):
             match = _CONFIRM_FILE.search(path.name)
-            if match:
-                out.append((float(match.group(1)), path))
+            records = self.read_records(path)
+            if match and records is not None:
+                side = path.with_suffix(".level.json")
+                row = json.loads(side.read_text()) if side.exists() else {}
+                out.append(Run(float(match.group(1)), records, row.get("schedule_ok", True)))
+        return out
+
+    def search_runs(self, trial: TrialRecord) -> list[Run]:
+        """A trial's search levels whose records are in this folder."""
+        out = []
+        for i, level in enumerate(trial.levels):
+            records = self.read_records(self.level_path(trial.number, i))
+            if records is not None:
+                out.append(Run(level.rate_rps, records, level.verdict.schedule_ok))
         return out
 
     def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:
@@ -69,11 +92,8 @@ class RunFiles:
         return read_records_jsonl(path) if path.exists() else None
 
     def write_json(self, name: str, data: dict[str, Any]) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(clean_json(data), indent=2, allow_nan=False) + "\n")
-        tmp.replace(path)
+        self._write_text(path, json.dumps(clean_json(data), indent=2, allow_nan=False) + "\n")
         return path
 
     def read_json(self, name: str) -> dict[str, Any] | None:
@@ -85,39 +105,37 @@ class RunFiles:
         except json.JSONDecodeError as exc:
             raise TuneError(f"{path} is not valid JSON ({exc}); delete it and run again") from None
 
+    def _write_text(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
 
-def trial_levels(trial: FrozenTrial) -> list[dict[str, Any]]:
-    """A trial's load levels in order, from its user attrs."""
-    keys = sorted(k for k in trial.user_attrs if k.startswith(LEVEL_PREFIX))
-    return [trial.user_attrs[k] for k in keys]
 
-
-def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+def level_rows(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
     """One row per trial and load level: the trials table."""
     rows = []
-    for trial in study.get_trials(deepcopy=False):
-        if trial.state in (TrialState.WAITING, TrialState.RUNNING) and not trial_levels(trial):
-            continue
+    for t in trials:
         base = {
-            "trial": trial.number,
-            "role": trial.user_attrs.get(ROLE, Role.SEARCH.value),
-            "state": trial.state.name.lower(),
-            "capacity_rps": trial.user_attrs.get(CAPACITY),
-            "upper_bound_rps": trial.user_attrs.get(UPPER),
-            "outcome": trial.user_attrs.get(OUTCOME),
-            **{f"knob_{k}": v for k, v in trial.user_attrs.get(KNOBS, {}).items()},
-        }
-        levels = trial_levels(trial) or [{}]
+            "trial": t.number, "role": t.role.value, "state": t.state.name.lower(),
+            "capacity_rps": t.capacity_rps, "upper_bound_rps": t.upper_bound_rps,
+            "outcome": t.ending.value if t.ending else None,
+            **{f"knob_{k}": v for k, v in knobs_to_json(t.knobs).items()},
+        }  # fmt: skip
+        levels = [level_row(level) for level in t.levels] or [{}]
         for i, level in enumerate(levels):
             rows.append({**base, "level": i if level else None, **level})
     return rows
 
 
-def write_trials_table(study: optuna.Study, files: RunFiles) -> list[Path]:
-    """trials.csv, and trials.parquet when pyarrow is installed."""
+def write_trials_table(trials: Sequence[TrialRecord], files: RunFiles) -> list[Path]:
+    """trials.csv, and trials.parquet when pyarrow is installed (trials queued or started but
+    without a level yet are left out)."""
     import pandas as pd
 
-    df = pd.DataFrame(level_rows(study))
+    waiting = (TrialState.WAITING, TrialState.RUNNING)
+    shown = [t for t in trials if t.levels or t.state not in waiting]
+    df = pd.DataFrame(level_rows(shown))
     files.root.mkdir(parents=True, exist_ok=True)
     written = [files.root / "trials.csv"]
     df.to_csv(written[0], index=False)
@@ -128,31 +146,3 @@ def write_trials_table(study: optuna.Study, files: RunFiles) -> list[Path]:
     df.to_parquet(files.root / "trials.parquet", index=False)
     written.append(files.root / "trials.parquet")
     return written
-
-
-def levels_with_records(
-    files: RunFiles, trial: FrozenTrial
-) -> list[tuple[float, list[RequestRecord]]]:
-    """(rate, records) of each level of a trial whose records are in this run folder."""
-    out = []
-    for i, level in enumerate(trial_levels(trial)):
-        records = files.read_records(files.level_path(trial.number, i))
-        rate = level.get("rate_rps")
-        if records is not None and rate is not None:
-            out.append((float(rate), records))
-    return out
-
-
-def clean_json(value: Any) -> Any:
-    """JSON-safe copy: NaN and inf become null, enums their value, paths strings."""
-    if isinstance(value, dict):
-        return {str(k): clean_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean_json(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    return value

@@ -10,6 +10,7 @@ import signal
 import string
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -17,9 +18,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from engine_lite import Policy
 from tuner.errors import TuneError
-from tuner.search.space import KNOB_ORDER
+from tuner.targets.knobs import KNOBS
 
 # Placeholders besides the knobs: where the server must listen and what it serves.
 EXTRA_FIELDS = ("port", "host", "model")
@@ -46,11 +46,11 @@ class LaunchSpec:
             ) from None
         if not tokens:
             raise TuneError("--launch is empty; give the server command, e.g. 'vllm serve M ...'")
-        unknown = sorted(self.fields() - set(KNOB_ORDER) - set(EXTRA_FIELDS))
+        unknown = sorted(self.fields() - set(KNOBS) - set(EXTRA_FIELDS))
         if unknown:
             raise TuneError(
                 f"--launch has unknown placeholder {{{unknown[0]}}}; use a knob name "
-                f"({', '.join(KNOB_ORDER)}) or one of {', '.join(EXTRA_FIELDS)}"
+                f"({', '.join(KNOBS)}) or one of {', '.join(EXTRA_FIELDS)}"
             )
 
     def fields(self) -> set[str]:
@@ -69,17 +69,9 @@ class LaunchSpec:
     def argv(self, knobs: dict[str, Any]) -> list[str]:
         """The argument list for one trial."""
         parts = urlsplit(self.url)
-        values = {name: _flag_value(v) for name, v in knobs.items()}
+        values = {name: KNOBS[name].to_arg(v) for name, v in knobs.items()}
         values.update(port=str(parts.port or 80), host=parts.hostname or "", model=self.model)
         return [token.format_map(values) for token in shlex.split(self.template)]
-
-
-def _flag_value(value: Any) -> str:
-    if isinstance(value, Policy):
-        return value.value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 class LaunchedServer:
@@ -93,12 +85,14 @@ class LaunchedServer:
         health_timeout_s: float = 600.0,
         stop_grace_s: float = 15.0,
         log_path: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.argv = argv
         self.url = url.rstrip("/")
         self.health_timeout_s = health_timeout_s
         self.stop_grace_s = stop_grace_s
         self.log_path = log_path
+        self.clock = clock  # the health and stop deadlines are read on it
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -123,7 +117,7 @@ class LaunchedServer:
             raise
 
     async def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.health_timeout_s
+        deadline = self.clock() + self.health_timeout_s
         timeout = aiohttp.ClientTimeout(total=2.0)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
@@ -134,7 +128,7 @@ class LaunchedServer:
                             return
                 except (TimeoutError, aiohttp.ClientError, OSError):
                     pass
-                if time.monotonic() >= deadline:
+                if self.clock() >= deadline:
                     raise TuneError(
                         f"--launch server gave no 200 from {self.url}/health within "
                         f"{self.health_timeout_s:g}s; check its log{self._log_hint()} or raise "
@@ -156,8 +150,8 @@ class LaunchedServer:
         if proc is not None:
             pgid = proc.pid  # a new session's leader: its pid is the group id
             _signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_grace_s
-            while _group_alive(pgid) and time.monotonic() < deadline:
+            deadline = self.clock() + self.stop_grace_s
+            while _group_alive(pgid) and self.clock() < deadline:
                 proc.poll()  # reap the leader so it does not linger as a zombie
                 await asyncio.sleep(0.05)
             if _group_alive(pgid):

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.targets.server_stats import ServerStats
+from tuner.targets.base import ServerStats
 
 # vLLM V1 metric names (vllm/v1/metrics/loggers.py); engine_lite exports the same ones.
 # vllm:kv_cache_usage_perc is a fraction in [0, 1] despite its name.

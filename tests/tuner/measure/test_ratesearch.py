@@ -1,4 +1,4 @@
-"""The pure capacity search: brackets, bisects, prunes, and stops where it should."""
+"""The pure capacity search: brackets, bisects, and stops where it should."""
 
 import math
 
@@ -33,16 +33,16 @@ def test_converges_to_a_bracket_around_the_true_capacity(capacity, start, growth
     assert search.upper_bound_rps / search.capacity_rps - 1 <= tol
 
 
-def test_failing_at_the_best_capacity_so_far_is_pruned_after_one_level():
-    search = RateSearch(RateSearchSettings(4.0, prune_on_first_fail=True))
-    rates = run(search, capacity=3.0)
-    assert rates == [4.0]
-    assert search.outcome is Outcome.PRUNED
+def test_failing_at_the_start_bounds_capacity_below_it_after_one_level():
+    # What the pruner reads: one failed level at the best capacity so far is a bound below it.
+    search = RateSearch(RateSearchSettings(4.0))
+    search.record(4.0, False)
     assert search.capacity_rps == 0.0 and search.upper_bound_rps == 4.0
+    assert not search.done and search.next_rate() == 2.0
 
 
 def test_passing_at_the_best_so_far_climbs_then_bisects():
-    search = RateSearch(RateSearchSettings(4.0, growth=1.5, rel_tol=0.1, prune_on_first_fail=True))
+    search = RateSearch(RateSearchSettings(4.0, growth=1.5, rel_tol=0.1))
     rates = run(search, capacity=7.0)
     assert rates[:3] == [4.0, 6.0, 9.0]
     assert 6.0 <= search.capacity_rps <= 7.0 < search.upper_bound_rps

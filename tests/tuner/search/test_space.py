@@ -6,13 +6,28 @@ from optuna.trial import FixedTrial
 
 from engine_lite import EngineConfig, Policy
 from tuner.errors import TuneError
-from tuner.search.space import Choices, IntRange, build_space, parse_fix, parse_param
+from tuner.search.space import (
+    Choices,
+    IntRange,
+    SpaceFacts,
+    build_space,
+    parse_fix,
+    parse_param,
+)
+from tuner.targets.knobs import KnobSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+DEFAULTS = EngineConfig().scheduler_knobs()
+ENGINE = KnobSpace(DEFAULTS, frozenset(DEFAULTS), "engine_lite's defaults")
+# A target with vLLM 0.32's knobs only: no partial-prefill limits, no policy.
+VLLM_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill",
+              "long_prefill_token_threshold")  # fmt: skip
+VLLM_LIKE = {k: DEFAULTS[k] for k in VLLM_KNOBS}
+FACTS = SpaceFacts(block_size=16, max_model_len=4096, longest_prompt=3000)
 
 
-def space(**kw):
-    return build_space(block_size=16, max_model_len=4096, longest_prompt=3000, **kw)
+def space(knob_space=ENGINE, **kw):
+    return build_space(knob_space, FACTS, **kw)
 
 
 def sampled_configs(sp, n=60):
@@ -115,6 +130,31 @@ def test_same_knob_searched_and_pinned_is_an_error():
         space(
             params=dict([parse_param("policy=decode_first")]), fixed={"policy": Policy.DECODE_FIRST}
         )
+
+
+def test_a_target_searches_only_the_knobs_it_has():
+    vllm = KnobSpace(VLLM_LIKE, frozenset(VLLM_LIKE), "vLLM 0.32's CPU row")
+    sp = space(vllm)
+    assert set(sp.domains) == {"max_num_batched_tokens", "long_prefill_token_threshold"}
+    for knobs in sampled_configs(sp, 20):
+        assert set(knobs) == set(VLLM_LIKE)
+        assert 0 <= knobs["long_prefill_token_threshold"] <= knobs["max_num_batched_tokens"]
+    assert sp.default_config() == VLLM_LIKE
+
+
+@pytest.mark.parametrize(
+    ("settable", "kw", "named"),
+    [
+        (frozenset(VLLM_LIKE), {"params": dict([parse_param("policy=prefill_first")])},
+         "--param policy: launched without it"),
+        (frozenset({"max_num_batched_tokens"}), {"fixed": {"max_num_seqs": 64}},
+         "--fix max_num_seqs: launched without it"),
+    ],
+)  # fmt: skip
+def test_a_knob_the_target_cannot_set_is_refused_in_one_line(settable, kw, named):
+    target = KnobSpace(VLLM_LIKE, settable & set(VLLM_LIKE), "x", refusal="launched without it")
+    with pytest.raises(TuneError, match=named):
+        space(target, **kw)
 
 
 def test_a_narrowed_integer_range_still_runs_the_default_but_excluded_choices_cannot():

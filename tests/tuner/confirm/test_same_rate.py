@@ -5,13 +5,15 @@ import pytest
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.confirm.candidates import Candidate
-from tuner.confirm.same_rate import RECORDS_FILE, default_at_rate, same_rate_sentence
-from tuner.measure.bootstrap import term_intervals
-from tuner.measure.level import LevelSettings, measure_level
+from tuner.confirm.same_rate import default_at_rate
+from tuner.measure.judge import judge_runs
+from tuner.measure.meter import Meter
 from tuner.report.render import render_markdown
-from tuner.store.runfiles import RunFiles
-from tuner.targets.base import BuiltinTarget
+from tuner.report.summary import same_rate_sentence
+from tuner.store.codec import same_rate_json
+from tuner.store.records import Candidate, Mode, Role, rules_for
+from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles
+from tuner.targets.builtin import BuiltinTarget
 
 RATE = 8.0
 
@@ -22,19 +24,19 @@ async def _same_rate(tmp_path, slo_text: str) -> dict:
     requests = build_workload("random", num_requests=8, input_len=64, output_len=8).requests
     files = RunFiles(tmp_path)
     files.ensure()
-    settings = LevelSettings(require_schedule=False)
-    chosen_knobs = {**EngineConfig().scheduler_knobs(), "max_num_batched_tokens": 512}
+    meter = Meter(target, requests, slo, rules=rules_for(Mode.CAPACITY, False))
+    chosen_knobs = {**target.knobs.defaults, "max_num_batched_tokens": 512}
     try:
         await target.apply(chosen_knobs)
-        level = await measure_level(target, requests, RATE, slo, settings)
-        chosen = Candidate(trial=3, role="search", knobs=chosen_knobs, value=RATE, rate_rps=RATE,
-                           terms=term_intervals(level.records, slo), repeats=1,
-                           confirmed_rps=RATE if level.passed else 0.0,
-                           served_fraction=level.served_fraction)  # fmt: skip
-        default = EngineConfig().scheduler_knobs()
-        return await default_at_rate(target, requests, slo, settings, files, default, chosen)
+        run = await meter.level(RATE)
+        verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
+        chosen = Candidate(trial=3, role=Role.SEARCH, knobs=chosen_knobs, search_value=RATE,
+                           verdict=verdict, repeats=1,
+                           confirmed_rps=RATE if verdict.clears else 0.0)  # fmt: skip
+        same = await default_at_rate(meter, files, target.knobs.defaults, chosen)
     finally:
         await target.close()
+    return same_rate_json(same)
 
 
 async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
@@ -50,7 +52,7 @@ async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
     assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms; its whole 95% interval" in sentence
     assert "ttft_p99" not in sentence  # only the terms it missed
     # The default's requests are kept, as every measured level's are.
-    assert len((tmp_path / RECORDS_FILE).read_text().splitlines()) == 8
+    assert len((tmp_path / SAME_RATE_RECORDS).read_text().splitlines()) == 8
 
 
 async def test_a_default_that_meets_says_so_and_the_report_shows_both(tmp_path):

@@ -8,17 +8,12 @@ from optuna.trial import TrialState
 
 from tuner.errors import TuneError
 from tuner.search.rules import Scenario
-from tuner.search.space import build_space
+from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import enqueue_starting_configs
-from tuner.search.study import (
-    ROLE,
-    CapacityPruner,
-    Role,
-    SamplerName,
-    make_sampler,
-    open_study,
-    storage_url,
-)
+from tuner.search.study import CapacityPruner, SamplerName, make_sampler, open_study, storage_url
+from tuner.store.attrs import ROLE, role_attrs
+from tuner.store.records import Role
+from tuner.targets.knobs import KnobSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -48,7 +43,7 @@ def test_a_trial_that_passed_or_is_still_above_the_best_goes_on():
 
 def test_reference_trials_are_never_pruned():
     study = study_with_best(5.0)
-    study.enqueue_trial({}, user_attrs={ROLE: Role.DEFAULT.value})
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
     trial = study.ask()
     trial.report(1.0, 0)
     assert not trial.should_prune()
@@ -81,7 +76,10 @@ def test_a_study_made_for_another_slo_is_refused(tmp_path):
 
 def test_budget_sweep_is_queued_unless_turned_off() -> None:
     """`--no-budget-sweep` leaves the references alone in the queue (plain sampler baselines)."""
-    space = build_space(block_size=16, max_model_len=8192, longest_prompt=7168, params={}, fixed={})
+    defaults = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "enable_chunked_prefill": True,
+                "long_prefill_token_threshold": 0, "policy": "decode_first"}  # fmt: skip
+    target = KnobSpace(defaults, frozenset(defaults), "vLLM's H100 row")
+    space = build_space(target, SpaceFacts(block_size=16, max_model_len=8192, longest_prompt=7168))
 
     def queued(sweep: bool) -> list[tuple[str, int]]:
         study = optuna.create_study(direction="maximize")

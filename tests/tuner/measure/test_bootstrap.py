@@ -4,8 +4,10 @@ import numpy as np
 
 from loadgen.records import RequestRecord
 from slo import parse_slo
-from tuner.measure.bootstrap import capacity_interval, goodput_interval, term_intervals
+from tuner.measure.bootstrap import RequestSamples, goodput_interval, term_intervals
+from tuner.measure.judge import Run, capacity_interval
 from tuner.measure.keepup import served_fraction
+from tuner.measure.verdict import VerdictRules
 
 
 def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0, service_s=0.0):
@@ -42,38 +44,48 @@ def records(tpot_s, n=200, seed=0, start=0.0, spread=0.2, fail=0, service_s=0.0)
 
 
 SLO = parse_slo("tpot_p99=30ms")
+RULES = VerdictRules(require_schedule=False)
+
+
+def term(recs, n_boot=300):
+    return term_intervals(RequestSamples(recs), SLO, n_boot=n_boot)[0]
+
+
+def levels(*pairs):
+    return [Run(rate, recs) for rate, recs in pairs]
 
 
 def test_interval_brackets_the_point_and_clears_only_with_room_to_spare():
-    comfortable = term_intervals(records(0.015), SLO, n_boot=300)[0]
-    assert comfortable.value_s.low <= comfortable.value_s.point <= comfortable.value_s.high
+    comfortable = term(records(0.015))
+    interval = comfortable.interval_s
+    assert interval.low <= comfortable.value_s == interval.point <= interval.high
     assert comfortable.clears and comfortable.margin_frac > 0
     # A p99 right at the limit passes as a point but its interval does not clear.
-    edge = term_intervals(records(0.0205), SLO, n_boot=300)[0]
-    assert edge.value_s.point <= 0.030 < edge.value_s.high
+    edge = term(records(0.0205))
+    assert edge.holds and edge.value_s <= 0.030 < edge.interval_s.high
     assert not edge.clears
 
 
 def test_more_requests_narrow_the_interval():
-    small = term_intervals(records(0.015, n=50), SLO, n_boot=300)[0].value_s
-    large = term_intervals(records(0.015, n=800), SLO, n_boot=300)[0].value_s
+    small = term(records(0.015, n=50)).interval_s
+    large = term(records(0.015, n=800)).interval_s
     assert large.high - large.low < small.high - small.low
 
 
 def test_capacity_interval_follows_the_levels():
-    levels = [
+    measured = levels(
         (1.0, records(0.010, seed=1)),
         (2.0, records(0.015, seed=2)),
         (4.0, records(0.040, seed=3)),
-    ]
-    interval = capacity_interval(levels, SLO, max_error_rate=0.01, n_boot=200)
+    )
+    interval = capacity_interval(measured, SLO, RULES, n_boot=200)
     assert interval.point == 2.0 and interval.low >= 1.0 and interval.high == 2.0
     # A server that falls behind at 4 req/s caps capacity even with fast tokens.
-    behind = [(2.0, records(0.010, seed=1)), (4.0, records(0.010, seed=2, service_s=0.2))]
-    assert capacity_interval(behind, SLO, max_error_rate=0.01, n_boot=50).point == 2.0
+    behind = levels((2.0, records(0.010, seed=1)), (4.0, records(0.010, seed=2, service_s=0.2)))
+    assert capacity_interval(behind, SLO, RULES, n_boot=50).point == 2.0
     # Errors at 2 req/s fail that level however fast the rest were.
-    failing = [(1.0, records(0.010)), (2.0, records(0.015, fail=10))]
-    assert capacity_interval(failing, SLO, max_error_rate=0.01, n_boot=50).point == 1.0
+    failing = levels((1.0, records(0.010)), (2.0, records(0.015, fail=10)))
+    assert capacity_interval(failing, SLO, RULES, n_boot=50).point == 1.0
 
 
 def test_goodput_counts_good_requests_per_second():

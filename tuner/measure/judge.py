@@ -1,0 +1,132 @@
+"""Records to verdicts: one run's `LevelVerdict`, several runs pooled (with intervals), and the
+capacity interval that re-judges resampled runs. Every path applies `LevelVerdict`'s rules to
+values computed by slo's definitions, so a level gets the same answer on each."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from slo import SLO, SLOReport
+from tuner.measure.bootstrap import (
+    Draw,
+    RequestSamples,
+    bounds,
+    pooled_error_rate,
+    pooled_term_value,
+    term_intervals,
+)
+from tuner.measure.keepup import served_fraction
+from tuner.measure.verdict import (
+    Interval,
+    LevelVerdict,
+    TermVerdict,
+    VerdictRules,
+    capacity_envelope,
+)
+
+# Each capacity resample re-judges every rate; 400 keep the 2.5% tails at 10 draws each.
+CAPACITY_RESAMPLES = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One replay of a config at one rate: the unit that is pooled and resampled."""
+
+    rate_rps: float
+    records: Sequence[Any]
+    schedule_ok: bool = True
+
+
+def judge_report(
+    report: SLOReport, rate_rps: float, served: float, schedule_ok: bool, rules: VerdictRules
+) -> LevelVerdict:
+    """One run's verdict from slo's evaluation of it."""
+    terms = tuple(TermVerdict(r.term, float(r.value_s)) for r in report.terms)
+    return LevelVerdict(rate_rps, terms, float(report.metrics.error_rate), served,
+                        schedule_ok, rules)  # fmt: skip
+
+
+def judge_runs(
+    runs: Sequence[Run], slo: SLO, rules: VerdictRules, rate_rps: float, seed: int | None = None
+) -> LevelVerdict:
+    """The runs at `rate_rps` pooled; with a `seed`, each term gets its bootstrap interval.
+
+    The served fraction is the mean over runs (each on its own clock); the schedule held only
+    if it held in every run.
+    """
+    if seed is None:
+        return _pooled([(run, RequestSamples(run.records), None) for run in runs], slo, rules,
+                       rate_rps)  # fmt: skip
+    samples = RequestSamples([r for run in runs for r in run.records])
+    verdict = _pooled([(run, RequestSamples(run.records), None) for run in runs], slo, rules,
+                      rate_rps)  # fmt: skip
+    return dataclasses.replace(verdict, terms=term_intervals(samples, slo, seed=seed))
+
+
+def by_rate(runs: Sequence[Run]) -> dict[float, list[Run]]:
+    """Runs grouped by rate, rates ascending."""
+    out: dict[float, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: r.rate_rps):
+        out.setdefault(run.rate_rps, []).append(run)
+    return out
+
+
+def confirmed_capacity(
+    runs: Sequence[Run], slo: SLO, rules: VerdictRules, seed: int = 0
+) -> tuple[float, dict[float, LevelVerdict]]:
+    """The capacity envelope over rates whose pooled runs clear (whole intervals), and the
+    verdict at each rate."""
+    verdicts = {r: judge_runs(g, slo, rules, r, seed) for r, g in by_rate(runs).items()}
+    return capacity_envelope((r, v.clears) for r, v in verdicts.items())[0], verdicts
+
+
+def capacity_interval(
+    runs: Sequence[Run], slo: SLO, rules: VerdictRules, n_boot: int = CAPACITY_RESAMPLES,
+    seed: int = 0,
+) -> Interval:  # fmt: skip
+    """Capacity from measured runs, resampling each run's requests.
+
+    Each resample judges every rate on point estimates over its pooled runs, as a search level
+    is judged, and takes the capacity envelope of those verdicts. The interval's resolution is
+    that of the measured rates.
+    """
+    measured = [dataclasses.replace(run, records=_measured(run)) for run in runs]
+    groups = {rate: [(run, RequestSamples(run.records)) for run in group]
+              for rate, group in by_rate(measured).items()}  # fmt: skip
+    rng = np.random.default_rng(seed)
+
+    def capacity(draw: bool) -> float:
+        judged = []
+        for rate, group in groups.items():
+            parts = [(run, s, s.draw(rng) if draw and len(s) else None) for run, s in group]
+            judged.append((rate, _pooled(parts, slo, rules, rate).passed))
+        return capacity_envelope(judged)[0]
+
+    point = capacity(draw=False)
+    return Interval(point, *bounds(np.array([capacity(draw=True) for _ in range(n_boot)])))
+
+
+def _pooled(
+    parts: Sequence[tuple[Run, RequestSamples, Draw]], slo: SLO, rules: VerdictRules,
+    rate_rps: float,
+) -> LevelVerdict:  # fmt: skip
+    """Point estimates over runs pooled, each run as measured or resampled (`Draw`)."""
+    samples = [(s, idx) for _, s, idx in parts]
+    terms = tuple(TermVerdict(t, pooled_term_value(samples, t)) for t in slo.terms)
+    served = [served_fraction(_picked(run.records, idx)) for run, _, idx in parts]
+    return LevelVerdict(rate_rps, terms, pooled_error_rate(samples),
+                        float(np.mean(served)) if served else 0.0,
+                        all(run.schedule_ok for run, _, _ in parts), rules)  # fmt: skip
+
+
+def _measured(run: Run) -> list[Any]:
+    return [r for r in run.records if not getattr(r, "warmup", False)]
+
+
+def _picked(records: Sequence[Any], idx: Draw) -> Sequence[Any]:
+    return records if idx is None else [records[i] for i in idx]

@@ -1,0 +1,199 @@
+"""JSON forms of the typed records, both ways: the one place a record becomes JSON.
+
+A level is stored as a flat row (the study's attribute and a trials-table row share it); an
+SLO term always has one shape, `term_json`. Values are seconds in records and milliseconds in
+reports. NaN and inf become null, and null reads back as inf (a latency nothing achieved).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slo import SLO
+from tuner.measure.level import LatencyFigures, LevelRecord
+from tuner.measure.verdict import Interval, LevelVerdict, TermVerdict, VerdictRules
+from tuner.store.records import Candidate, Confirmation, Role, SameRateCheck
+from tuner.targets.base import ServerStats
+from tuner.targets.knobs import knobs_from_json, knobs_to_json
+
+
+def clean_json(value: Any) -> Any:
+    """JSON-safe copy: NaN and inf become null, enums their value, paths strings."""
+    if isinstance(value, Mapping):
+        return {str(k): clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _seconds(ms: float | None) -> float:
+    return math.inf if ms is None else ms / 1e3
+
+
+# ---- SLO terms and intervals ------------------------------------------------------------
+
+
+def term_json(t: TermVerdict) -> dict[str, Any]:
+    """`term` is the whole term (`tpot_p99=30ms`), `metric` its left-hand side."""
+    interval = t.interval_s
+    return clean_json({
+        "term": str(t.term), "metric": t.name, "limit_ms": t.limit_s * 1e3,
+        "value_ms": t.value_s * 1e3, "low_ms": interval.low * 1e3 if interval else None,
+        "high_ms": interval.high * 1e3 if interval else None, "margin": t.margin_frac,
+        "clears": t.clears,
+    })  # fmt: skip
+
+
+def term_from_json(data: Mapping[str, Any], slo: SLO) -> TermVerdict:
+    term = next(t for t in slo.terms if t.name == data["metric"])
+    value = _seconds(data["value_ms"])
+    if data.get("low_ms") is None and data.get("high_ms") is None:
+        return TermVerdict(term, value)
+    interval = Interval(value, _seconds(data.get("low_ms")), _seconds(data.get("high_ms")))
+    return TermVerdict(term, value, interval)
+
+
+def interval_json(interval: Interval | None) -> dict[str, Any] | None:
+    if interval is None:
+        return None
+    return clean_json({"point": interval.point, "low": interval.low, "high": interval.high})
+
+
+def interval_from_json(data: Mapping[str, Any] | None) -> Interval | None:
+    if data is None:
+        return None
+    return Interval(*(math.inf if data[k] is None else data[k] for k in ("point", "low", "high")))
+
+
+# ---- one load level: the study's attribute and the trials table's row --------------------
+
+
+def level_row(level: LevelRecord) -> dict[str, Any]:
+    """Flat figures of one level (no per-request records)."""
+    v = level.verdict
+    binding = v.binding
+    row: dict[str, Any] = {
+        "rate_rps": v.rate_rps, "passed": v.passed, "slo_met": v.slo_met,
+        "error_rate": v.error_rate, "served_fraction": v.served_fraction,
+        "schedule_ok": v.schedule_ok, "binding": binding.name if binding else None,
+        "goodput_rps": level.goodput_rps, "request_throughput_rps": level.request_throughput_rps,
+        "wall_s": level.wall_s, "max_loop_lag_s": level.max_loop_lag_s,
+        **level.latency.as_dict(),
+    }  # fmt: skip
+    for t in v.terms:
+        row[f"slo_{t.name}_s"] = t.value_s
+        row[f"slo_{t.name}_margin"] = t.margin_frac
+    row["binding_margin"] = binding.margin_frac if binding else None
+    row["preemptions"] = level.server.preemptions
+    row["kv_cache_usage_max"] = level.server.kv_cache_usage_max
+    row["kv_cache_usage_mean"] = level.server.kv_cache_usage_mean
+    return clean_json(row)
+
+
+def level_from_row(row: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> LevelRecord:
+    def number(key: str) -> float:
+        value = row.get(key)
+        return math.nan if value is None else float(value)
+
+    terms = tuple(TermVerdict(t, _or_inf(row.get(f"slo_{t.name}_s"))) for t in slo.terms)
+    verdict = LevelVerdict(float(row["rate_rps"]), terms, number("error_rate"),
+                           number("served_fraction"), bool(row.get("schedule_ok", True)),
+                           rules)  # fmt: skip
+    latency = LatencyFigures(**{k: number(k) for k in LatencyFigures().as_dict()})
+    server = ServerStats(row.get("preemptions"), row.get("kv_cache_usage_max"),
+                         row.get("kv_cache_usage_mean"))  # fmt: skip
+    return LevelRecord(verdict, number("goodput_rps"), number("request_throughput_rps"), latency,
+                       number("wall_s") or 0.0, number("max_loop_lag_s"), server)  # fmt: skip
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else float(value)
+
+
+# ---- the confirmation ----------------------------------------------------------------------
+
+
+def verdict_json(v: LevelVerdict) -> dict[str, Any]:
+    """The shape both configs of the same-traffic check share."""
+    return {"served_fraction": v.served_fraction, "error_rate": v.error_rate,
+            "schedule_ok": v.schedule_ok, "terms": [term_json(t) for t in v.terms]}  # fmt: skip
+
+
+def verdict_from_json(
+    data: Mapping[str, Any], rate_rps: float, slo: SLO, rules: VerdictRules
+) -> LevelVerdict:
+    terms = tuple(term_from_json(t, slo) for t in data["terms"])
+    return LevelVerdict(rate_rps, terms, data["error_rate"], data["served_fraction"],
+                        data.get("schedule_ok", True), rules)  # fmt: skip
+
+
+def candidate_json(c: Candidate) -> dict[str, Any]:
+    return clean_json({
+        "trial": c.trial, "role": c.role, "config": knobs_to_json(c.knobs),
+        "value": c.search_value, "rate_rps": c.verdict.rate_rps, "repeats": c.repeats,
+        "confirmed_rps": c.confirmed_rps, "clears": c.clears,
+        "capacity_ci": interval_json(c.capacity_ci), "goodput_ci": interval_json(c.goodput_ci),
+        **verdict_json(c.verdict),
+    })  # fmt: skip
+
+
+def candidate_from_json(data: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> Candidate:
+    return Candidate(
+        trial=data["trial"], role=Role(data["role"]), knobs=knobs_from_json(data["config"]),
+        search_value=data["value"],
+        verdict=verdict_from_json(data, data["rate_rps"], slo, rules), repeats=data["repeats"],
+        confirmed_rps=data["confirmed_rps"],
+        capacity_ci=interval_from_json(data.get("capacity_ci")),
+        goodput_ci=interval_from_json(data.get("goodput_ci")),
+    )  # fmt: skip
+
+
+def same_rate_json(s: SameRateCheck | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    d, r = s.default, s.recommended
+    return clean_json({
+        "rate_rps": s.rate_rps,
+        "default": {"meets_slo": d.passed, "slo_met": d.slo_met, "kept_up": d.kept_up,
+                    **verdict_json(d)},
+        "recommended": {"meets_slo": r.clears, "repeats": s.recommended_repeats,
+                        **verdict_json(r)},
+    })  # fmt: skip
+
+
+def same_rate_from_json(
+    data: Mapping[str, Any] | None, slo: SLO, rules: VerdictRules
+) -> SameRateCheck | None:
+    if not data:
+        return None
+    rate = data["rate_rps"]
+    return SameRateCheck(rate, verdict_from_json(data["default"], rate, slo, rules),
+                         verdict_from_json(data["recommended"], rate, slo, rules),
+                         data["recommended"]["repeats"])  # fmt: skip
+
+
+def confirmation_json(c: Confirmation) -> dict[str, Any]:
+    return clean_json({
+        "candidates": [candidate_json(x) for x in c.candidates], "chosen_trial": c.chosen_trial,
+        "default_at_recommended_rate": same_rate_json(c.same_rate), "stopped_by": c.stopped_by,
+        "elapsed_s": c.elapsed_s,
+    })  # fmt: skip
+
+
+def confirmation_from_json(data: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> Confirmation:
+    return Confirmation(
+        candidates=[candidate_from_json(x, slo, rules) for x in data.get("candidates", [])],
+        chosen_trial=data.get("chosen_trial"),
+        same_rate=same_rate_from_json(data.get("default_at_recommended_rate"), slo, rules),
+        stopped_by=data.get("stopped_by") or "", elapsed_s=data.get("elapsed_s"),
+    )  # fmt: skip
