@@ -41,14 +41,12 @@ import optuna
 from engine_lite import EngineConfig, Policy
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.measure.level import LevelSettings
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
 from tuner.run import run_tune
-from tuner.search.rules import Scenario
 from tuner.search.space import SpaceFacts, build_space
-from tuner.search.starting import enqueue_starting_configs
+from tuner.search.starting import Scenario, enqueue_starting_configs
 from tuner.search.study import CapacityPruner, SamplerName, best_capacity, make_sampler
 from tuner.settings import (
     DEFAULT_LEVEL_S,

@@ -12,22 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
-from tuner.confirm.candidates import Confirmer, choose
-from tuner.confirm.same_rate import default_at_rate, worth_checking
 from tuner.errors import TuneError
-from tuner.measure.level import LevelSettings
-from tuner.measure.meter import Clock, Meter
+from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish
+from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, run_search
-from tuner.search.rules import Scenario, scenario_for
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
-from tuner.search.starting import calibrated_start_rps, enqueue_starting_configs
+from tuner.search.starting import (
+    Scenario,
+    calibrated_start_rps,
+    enqueue_starting_configs,
+    scenario_for,
+)
 from tuner.search.study import (
     CapacityPruner,
     SamplerName,
@@ -42,22 +43,8 @@ from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
 from tuner.store import attrs
 from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
-from tuner.store.records import (
-    Candidate,
-    Confirmation,
-    Mode,
-    Role,
-    SameRateCheck,
-    TrialRecord,
-    rules_for,
-)
-from tuner.store.runfiles import (
-    CONFIRMATION_FILE,
-    DEFAULT_RECORDS,
-    RECOMMENDED_RECORDS,
-    RUN_FILE,
-    RunFiles,
-)
+from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
+from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
 from tuner.targets.base import Target
 from tuner.targets.factory import open_target
 
@@ -77,12 +64,8 @@ class TuneRun:
     scenario: Scenario
 
 
-async def run_tune(
-    settings: TuneSettings,
-    quiet: bool = False,
-    clock: Clock = time.monotonic,
-    target: Target | None = None,
-) -> dict[str, Any]:
+async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = time.monotonic,
+                   target: Target | None = None) -> dict[str, Any]:  # fmt: skip
     """Run (or resume) a study and write its report; returns the recommendation JSON.
 
     `clock` and `target` are injectable: every deadline is read on `clock`, so a test can run
@@ -90,7 +73,10 @@ async def run_tune(
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     budget = Budget(settings.time_budget_s, clock)
-    slo = _parse_slo(settings.slo)
+    try:
+        slo = parse_slo(settings.slo)
+    except SLOError as exc:
+        raise TuneError(f"--slo: {exc}") from None
     files = RunFiles(settings.resolved_run_dir())
     files.ensure()
     target = target or open_target(settings.target_options(files.root / "server-logs"))
@@ -100,25 +86,19 @@ async def run_tune(
         status = RunStatus(settings.trials, settings.time_budget_s, clock)
         with make_display(status, quiet) as display:
             log = await search(run, budget, display)
+            view = RunView.read(files, run.study)  # the trials as the search left them
             display.set_phase("confirming the top configs")
-            candidates = await confirm_top(run, budget)
+            candidates = await confirm_top(run, view, budget)
             chosen = choose(candidates)
             display.set_phase("measuring the default at the recommended rate")
-            same_rate = await check_same_traffic(run, chosen, budget)
+            same_rate = await check_same_traffic(run, view, chosen, budget)
             display.set_phase("writing the report")
-            chosen_trial = chosen.trial if chosen else None
-            conf = Confirmation(candidates, chosen_trial, same_rate, log.stopped_by,
-                                budget.elapsed_s)  # fmt: skip
-            return finish(run, conf)
+            conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
+                                log.stopped_by, budget.elapsed_s)  # fmt: skip
+            files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+            return publish(files, run.study)
     finally:
         await target.close()
-
-
-def _parse_slo(text: str) -> SLO:
-    try:
-        return parse_slo(text)
-    except SLOError as exc:
-        raise TuneError(f"--slo: {exc}") from None
 
 
 def prepare(
@@ -149,9 +129,8 @@ def prepare(
     return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario)
 
 
-def _open_study(
-    settings: TuneSettings, files: RunFiles, workload: Workload, mode: Mode, slo: SLO, model: str
-) -> optuna.Study:
+def _open_study(settings: TuneSettings, files: RunFiles, workload: Workload, mode: Mode, slo: SLO,
+                model: str) -> optuna.Study:  # fmt: skip
     sampler = make_sampler(SamplerName(settings.sampler), settings.seed,
                            settings.n_startup_trials, constraints=mode is Mode.GOODPUT)  # fmt: skip
     meta = {"slo": str(slo), "workload": workload.name,
@@ -186,27 +165,25 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog
     return await run_search(run.study, runner, s.trials, budget, plan, first_guess_s)
 
 
-async def confirm_top(run: TuneRun, budget: Budget) -> list[Candidate]:
+async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candidate]:
     """Re-measure the top configs; a level starts only if it ends before the report's time."""
     s = run.settings
     confirmer = Confirmer(run.meter, run.files, run.mode, s.rate_rps, seed=s.seed,
                           step_factor=1 + s.rel_tol)  # fmt: skip
     out = []
     for frozen in top_trials(run.study, s.top_k, run.mode):
-        trial = _record(run, frozen.number)
-        deadline = budget.level_deadline_s(
-            run.meter.expected_level_s(s.rate_rps or frozen.value or 1.0)
-        )
-        out.append(await confirmer.confirm(trial, s.repeats, deadline))
+        level_s = run.meter.expected_level_s(s.rate_rps or frozen.value or 1.0)
+        deadline = budget.level_deadline_s(level_s)
+        out.append(await confirmer.confirm(view.trial(frozen.number), s.repeats, deadline))
     return out
 
 
 async def check_same_traffic(
-    run: TuneRun, chosen: Candidate | None, budget: Budget
+    run: TuneRun, view: RunView, chosen: Candidate | None, budget: Budget
 ) -> SameRateCheck | None:
     """The default at the recommendation's confirmed rate, when that is worth a level and the
     level fits in the time left."""
-    default = _latest(run, Role.DEFAULT)
+    default = view.with_role(Role.DEFAULT)
     if not worth_checking(run.mode, chosen, default, run.settings.repeats):
         return None
     assert chosen is not None and default is not None
@@ -215,62 +192,24 @@ async def check_same_traffic(
     return await default_at_rate(run.meter, run.files, default.knobs, chosen, run.settings.seed)
 
 
-def finish(run: TuneRun, conf: Confirmation) -> dict[str, Any]:
-    """Keep the records the report points to, the confirmation, then every report file."""
-    run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
-    if (chosen := conf.chosen) is not None:
-        run.files.write_records(run.files.root / RECOMMENDED_RECORDS, chosen.records)
-    default = _latest(run, Role.DEFAULT)
-    if default is not None and default.state is TrialState.COMPLETE:
-        rates = [lv.rate_rps for lv in default.levels]
-        index = rates.index(default.capacity_rps) if default.capacity_rps in rates else 0
-        records = run.files.read_records(run.files.level_path(default.number, index))
-        if records is not None:
-            run.files.write_records(run.files.root / DEFAULT_RECORDS, records)
-    return publish(run.files, run.study)
-
-
-def _record(run: TuneRun, number: int) -> TrialRecord:
-    return attrs.read_trial(run.study.trials[number], run.meter.slo, run.meter.rules)
-
-
-def _latest(run: TuneRun, role: Role) -> TrialRecord | None:
-    """The latest finished trial in this role (a reference re-run after a crash wins)."""
-    done = (TrialState.COMPLETE, TrialState.PRUNED)
-    hits = [t for t in run.study.get_trials(deepcopy=False, states=done)
-            if attrs.role_of(t) is role]  # fmt: skip
-    return _record(run, hits[-1].number) if hits else None
-
-
 def run_info(run: TuneRun) -> dict[str, Any]:
     """run.json: what `tune report` and a resume need to read this run back."""
     s, wl, facts = run.settings, run.workload, run.target.facts
+    workload = {
+        "name": wl.name, "num_requests": len(wl.requests), "level_s": s.level_s,
+        "min_requests_per_level": MIN_REQUESTS_PER_LEVEL, "seed": s.workload_seed,
+        "arrival": s.arrival, "burstiness": s.burstiness, "fingerprint": wl.fingerprint(),
+        "classes": wl.class_counts(), "longest_prompt": max(r.prompt_len for r in wl.requests),
+        "max_model_len": facts.max_model_len,
+    }  # fmt: skip
     return {
         "settings": s.to_json(),
         "storage": s.storage or f"sqlite:///{(run.files.root / 'study.db').resolve()}",
-        "study_name": s.resolved_study_name(),
-        "slo": str(run.meter.slo),
-        "mode": run.mode.value,
-        "rate_rps": s.rate_rps,
-        "scenario": run.scenario.value,
-        "workload": {
-            "name": wl.name,
-            "num_requests": len(wl.requests),
-            "level_s": s.level_s,
-            "min_requests_per_level": MIN_REQUESTS_PER_LEVEL,
-            "seed": s.workload_seed,
-            "arrival": s.arrival,
-            "burstiness": s.burstiness,
-            "fingerprint": wl.fingerprint(),
-            "classes": wl.class_counts(),
-            "longest_prompt": max(r.prompt_len for r in wl.requests),
-            "max_model_len": facts.max_model_len,
-        },
+        "study_name": s.resolved_study_name(), "slo": str(run.meter.slo), "mode": run.mode.value,
+        "rate_rps": s.rate_rps, "scenario": run.scenario.value, "workload": workload,
         "target": {**dataclasses.asdict(facts), **run.target.knobs.to_json()},
         "space": run.space.describe(),
         "fixed": {k: getattr(v, "value", v) for k, v in run.space.fixed.items()},
-        "environment": environment(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "path": str(run.files.root),
-        "budget_s": s.time_budget_s,
-    }
+        "environment": environment(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "path": str(run.files.root), "budget_s": s.time_budget_s,
+    }  # fmt: skip

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.search.rules import Scenario
 from tuner.search.space import Domain, parse_fix, parse_param
+from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
 from tuner.targets.factory import TargetOptions
 
@@ -101,17 +102,9 @@ class TuneSettings:
             raise TuneError(f"--growth {self.growth} is invalid; use a factor above 1, e.g. 2")
         if not 0 < self.rel_tol < 1:
             raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
-        try:
-            SamplerName(self.sampler)
-        except ValueError:
-            choices = ", ".join(s.value for s in SamplerName)
-            raise TuneError(f"--sampler {self.sampler!r} is invalid; use {choices}") from None
+        _one_of("sampler", self.sampler, SamplerName)
         if self.scenario is not None:
-            try:
-                Scenario(self.scenario)
-            except ValueError:
-                choices = ", ".join(s.value for s in Scenario)
-                raise TuneError(f"--scenario {self.scenario!r} is invalid; use {choices}") from None
+            _one_of("scenario", self.scenario, Scenario)
         self.param_domains()
         self.fixed_values()
 
@@ -155,6 +148,12 @@ class TuneSettings:
     def from_json(cls, data: dict[str, Any]) -> TuneSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _one_of(name: str, value: str, choices: type[enum.StrEnum]) -> None:
+    if value not in {c.value for c in choices}:
+        listed = ", ".join(c.value for c in choices)
+        raise TuneError(f"--{name} {value!r} is invalid; use {listed}")
 
 
 def _positive(name: str, value: float, integer: bool = False) -> None:

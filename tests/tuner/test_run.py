@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tuner.report.rebuild import report_main
+from tuner.report.publish import report_main
 from tuner.run import run_tune
 from tuner.settings import TuneSettings
 

@@ -80,13 +80,9 @@ def load_baseline(path: str | Path) -> Baseline:
                 f"baseline {str(p)!r} has format {raw.get('format')!r}, this tool reads "
                 f"{FORMAT_VERSION}; re-record it with --update-baseline"
             )
-        return Baseline(
-            suite=raw["suite"],
-            environment=Environment(**raw["environment"]),
-            configs={k: ConfigSamples(**v) for k, v in raw["configs"].items()},
-            reference=raw.get("reference"),
-            created=raw.get("created", ""),
-        )
+        configs = {k: ConfigSamples(**v) for k, v in raw["configs"].items()}
+        return Baseline(raw["suite"], Environment(**raw["environment"]), configs,
+                        raw.get("reference"), raw.get("created", ""))  # fmt: skip
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise TuneError(
             f"baseline {str(p)!r} is not a tune bench baseline ({exc}); re-record it with "

@@ -18,8 +18,7 @@ from tuner.bench.baseline import Baseline, ConfigSamples, Environment
 from tuner.bench.stats import Comparison, Verdict, compare_figure
 from tuner.bench.suite import FIGURES, BenchMode, BenchSuite
 from tuner.errors import TuneError
-from tuner.measure.level import LevelRecord, LevelRun, LevelSettings
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelRecord, LevelRun, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
 from tuner.store.environment import device_description, software_versions
@@ -87,10 +86,8 @@ def _rate_figures(level: LevelRecord) -> dict[str, float]:
 def _saturation_figures(run: LevelRun) -> dict[str, float]:
     """Everything sent at once: the throughput ceiling, a capacity proxy without an SLO."""
     metrics = compute_metrics(run.records)
-    return {
-        "saturation_rps": float(metrics.request_throughput),
-        "saturation_tok_s": float(metrics.total_token_throughput),
-    }
+    return {"saturation_rps": float(metrics.request_throughput),
+            "saturation_tok_s": float(metrics.total_token_throughput)}  # fmt: skip
 
 
 async def _measure_once(suite: BenchSuite, meter: Meter, knobs: dict[str, Any]) -> dict[str, float]:
@@ -137,18 +134,10 @@ async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -
 def _baseline(
     suite: BenchSuite, workload_hash: str, samples: dict[str, dict[str, list[float]]]
 ) -> Baseline:
-    env = Environment(
-        device=device_description(),
-        model=str(suite.target.get("model") or suite.target.get("url") or suite.target["launch"]),
-        workload_hash=workload_hash,
-        mode=suite.mode.value,
-        rate_rps=suite.rate_rps,
-        slo=str(parse_slo(suite.slo)),
-        versions=software_versions(),
-    )
-    configs = {
-        c.name: ConfigSamples(knobs=dict(c.knobs), samples=samples[c.name]) for c in suite.configs
-    }
+    model = str(suite.target.get("model") or suite.target.get("url") or suite.target["launch"])
+    env = Environment(device_description(), model, workload_hash, suite.mode.value,
+                      suite.rate_rps, str(parse_slo(suite.slo)), software_versions())  # fmt: skip
+    configs = {c.name: ConfigSamples(dict(c.knobs), samples[c.name]) for c in suite.configs}
     if suite.mode is BenchMode.RATIO and suite.reference:
         _fill_ratios(configs, suite.reference)
     return Baseline(suite=suite.name, environment=env, configs=configs, reference=suite.reference)
@@ -174,31 +163,25 @@ def compare(
             "the baseline was measured in another environment (" + "; ".join(problems) + "); "
             "re-record it here with --update-baseline"
         )
-    rows = []
-    ratio_mode = suite.mode is BenchMode.RATIO
-    for name, cur in current.configs.items():
-        base = baseline.configs.get(name)
-        for fig in suite.figures:
-            cur_vals = cur.ratios.get(fig) if ratio_mode else cur.samples.get(fig)
-            median = statistics.median(cur.samples[fig])
-            if base is None:
-                rows.append(FigureRow(name, fig, None, median, "new config: no baseline"))
-                continue
-            if ratio_mode and name == suite.reference:
-                rows.append(FigureRow(name, fig, None, median, "reference"))
-                continue
-            base_vals = base.ratios.get(fig) if ratio_mode else base.samples.get(fig)
-            if not base_vals or not cur_vals:
-                rows.append(FigureRow(name, fig, None, median, "figure not in baseline"))
-                continue
-            cmp_ = compare_figure(
-                fig,
-                base_vals,
-                cur_vals,
-                higher_is_better=FIGURES[fig],
-                tolerance=suite.tolerance,
-                min_noise_frac=noise_floor,
-            )
-            note = "knobs changed since baseline" if base.knobs != cur.knobs else ""
-            rows.append(FigureRow(name, fig, cmp_, median, note))
-    return rows
+    return [_compare_one(name, fig, cur, baseline.configs.get(name), suite, noise_floor)
+            for name, cur in current.configs.items() for fig in suite.figures]  # fmt: skip
+
+
+def _compare_one(
+    name: str, fig: str, cur: ConfigSamples, base: ConfigSamples | None, suite: BenchSuite,
+    noise_floor: float,
+) -> FigureRow:  # fmt: skip
+    ratio = suite.mode is BenchMode.RATIO  # compare each round's ratio to the reference
+    median = statistics.median(cur.samples[fig])
+    if base is None:
+        return FigureRow(name, fig, None, median, "new config: no baseline")
+    if ratio and name == suite.reference:
+        return FigureRow(name, fig, None, median, "reference")
+    cur_vals = (cur.ratios if ratio else cur.samples).get(fig)
+    base_vals = (base.ratios if ratio else base.samples).get(fig)
+    if not base_vals or not cur_vals:
+        return FigureRow(name, fig, None, median, "figure not in baseline")
+    comparison = compare_figure(fig, base_vals, cur_vals, higher_is_better=FIGURES[fig],
+                                tolerance=suite.tolerance, min_noise_frac=noise_floor)  # fmt: skip
+    note = "knobs changed since baseline" if base.knobs != cur.knobs else ""
+    return FigureRow(name, fig, comparison, median, note)

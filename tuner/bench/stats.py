@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,15 +53,9 @@ def _log_samples(values: Sequence[float], figure: str) -> np.ndarray:
     return np.log(np.maximum(arr, 1e-9))
 
 
-def bootstrap_log_ratio(
-    baseline: Sequence[float],
-    current: Sequence[float],
-    *,
-    figure: str = "figure",
-    confidence: float = 0.95,
-    n_boot: int = 4000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
+def bootstrap_log_ratio(baseline: Sequence[float], current: Sequence[float], *,
+                        figure: str = "figure", confidence: float = 0.95, n_boot: int = 4000,
+                        seed: int = 0) -> tuple[float, float, float]:  # fmt: skip
     """Point estimate and percentile-bootstrap interval of log(mean-of-logs ratio) current/baseline.
 
     Both samples are resampled independently (they come from different runs). The seed is fixed so
@@ -77,16 +72,9 @@ def bootstrap_log_ratio(
     return float(c.mean() - b.mean()), float(lo), float(hi)
 
 
-def compare_figure(
-    figure: str,
-    baseline: Sequence[float],
-    current: Sequence[float],
-    *,
-    higher_is_better: bool,
-    tolerance: float,
-    confidence: float = 0.95,
-    min_noise_frac: float = 0.0,
-) -> Comparison:
+def compare_figure(figure: str, baseline: Sequence[float], current: Sequence[float], *,
+                   higher_is_better: bool, tolerance: float, confidence: float = 0.95,
+                   min_noise_frac: float = 0.0) -> Comparison:  # fmt: skip
     """Compare one figure's samples; `tolerance` is a fraction (0.05 = 5%).
 
     `min_noise_frac` widens the interval by a known floor of run-to-run noise, for figures measured
@@ -108,19 +96,9 @@ def compare_figure(
         verdict = Verdict.IMPROVEMENT
     else:
         verdict = Verdict.OK
-    return Comparison(
-        figure=figure,
-        baseline_median=float(np.median(baseline)),
-        current_median=float(np.median(current)),
-        worse_frac=worse_frac,
-        worse_lo=worse_lo,
-        worse_hi=worse_hi,
-        change_frac=math.expm1(point),
-        change_lo=change_lo,
-        change_hi=change_hi,
-        tolerance=tolerance,
-        verdict=verdict,
-    )
+    medians = float(statistics.median(baseline)), float(statistics.median(current))
+    return Comparison(figure, *medians, worse_frac, worse_lo, worse_hi, math.expm1(point),
+                      change_lo, change_hi, tolerance, verdict)  # fmt: skip
 
 
 def parse_tolerance(text: str) -> float:

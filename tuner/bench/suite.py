@@ -1,31 +1,7 @@
-"""`tune bench` suite files: which configs to measure, on what workload, and how to compare them.
+"""`tune bench` suite files: which configs to measure, on what workload, how to compare them.
 
-A suite is TOML so that it lives in the repository next to the CI workflow that runs it:
-
-    name = "cpu-tiny"
-    mode = "ratio"            # "ratio": each config relative to `reference`, measured in the
-    reference = "default"     #   same run (machine drift cancels); "absolute": raw figures
-    repeats = 3
-    tolerance = "5%"
-    figures = ["capacity_rps", "tpot_p99_ms", "ttft_p99_ms"]
-
-    [target]                  # one of: model (built-in engine), url, launch
-    model = "tiny"
-
-    [workload]
-    name = "mixed"
-    num_requests = 60
-    seed = 0
-
-    [measure]
-    slo = "tpot_p99=30ms"
-    rate_rps = 2.0            # tail latencies at this fixed rate; capacity by a rate search
-
-    [[config]]
-    name = "default"
-    [[config]]
-    name = "budget-512"
-    max_num_batched_tokens = 512
+A suite is TOML so that it lives in the repository next to the CI workflow that runs it; the
+format, with an example, is in docs/bench.md ("Suites"), and results/baselines/ holds one.
 """
 
 from __future__ import annotations
@@ -41,18 +17,11 @@ from tuner.errors import TuneError
 
 # Direction of each figure a suite may gate on: True when higher is better.
 FIGURES: dict[str, bool] = {
-    "capacity_rps": True,
-    "saturation_rps": True,
-    "saturation_tok_s": True,
-    "request_goodput": True,
-    "ttft_p99_ms": False,
-    "tpot_p99_ms": False,
-    "itl_p99_ms": False,
-    "e2el_p99_ms": False,
-    "ttft_p50_ms": False,
-    "tpot_p50_ms": False,
-    "itl_p50_ms": False,
-}
+    **dict.fromkeys(("capacity_rps", "saturation_rps", "saturation_tok_s", "request_goodput"),
+                    True),
+    **dict.fromkeys(("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "ttft_p50_ms",
+                     "tpot_p50_ms", "itl_p50_ms"), False),
+}  # fmt: skip
 
 
 class BenchMode(enum.StrEnum):
@@ -85,18 +54,11 @@ class BenchSuite:
     slo: str
     rate_rps: float
     configs: list[BenchConfig]
-    source: str = ""  # the file's text, kept so a baseline can name exactly what was run
-
-    def config(self, name: str) -> BenchConfig:
-        for cfg in self.configs:
-            if cfg.name == name:
-                return cfg
-        raise TuneError(f"suite {self.name!r} has no config named {name!r}")
 
 
 def _require(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:
-        raise TuneError(f"{where} needs `{key}`; see tuner/bench/suite.py for the format")
+        raise TuneError(f"{where} needs `{key}`; see docs/bench.md (Suites) for the format")
     return table[key]
 
 
@@ -149,19 +111,13 @@ def parse_suite(text: str, path: str = "suite") -> BenchSuite:
     if not isinstance(rate, int | float) or rate <= 0:
         raise TuneError(f"{path}: [measure] rate_rps = {rate!r}; use a positive req/s")
     return BenchSuite(
-        name=str(doc.get("name", Path(path).stem)),
-        mode=mode,
-        reference=reference if mode is BenchMode.RATIO else None,
-        repeats=repeats,
-        tolerance=parse_tolerance(str(doc.get("tolerance", "5%"))),
-        figures=figures,
-        target=target,
-        workload=dict(doc.get("workload", {"name": "mixed"})),
-        slo=str(_require(measure, "slo", f"{path} [measure]")),
-        rate_rps=float(rate),
+        name=str(doc.get("name", Path(path).stem)), mode=mode,
+        reference=reference if mode is BenchMode.RATIO else None, repeats=repeats,
+        tolerance=parse_tolerance(str(doc.get("tolerance", "5%"))), figures=figures,
+        target=target, workload=dict(doc.get("workload", {"name": "mixed"})),
+        slo=str(_require(measure, "slo", f"{path} [measure]")), rate_rps=float(rate),
         configs=configs,
-        source=text,
-    )
+    )  # fmt: skip
 
 
 def load_suite(path: str | Path) -> BenchSuite:

@@ -53,7 +53,9 @@ Part = tuple[RequestSamples, Draw]  # one run's requests, as run or resampled
 
 def pooled_term_value(parts: Sequence[Part], term: SLOTerm) -> float:
     """slo.term_result's value over several runs' (re)sampled requests pooled."""
-    chosen = [a for s, idx in parts for a in _pick(s.per_metric[term.metric], idx)]
+    arrays = [(s.per_metric[term.metric], idx) for s, idx in parts]
+    chosen = [a for by_request, idx in arrays
+              for a in (by_request if idx is None else [by_request[i] for i in idx])]  # fmt: skip
     pooled = np.concatenate(chosen) if chosen else np.empty(0)
     if pooled.size:
         return stat_value(pooled, term.stat)  # type: ignore[arg-type]  # an array is a sequence
@@ -65,10 +67,6 @@ def pooled_error_rate(parts: Sequence[Part]) -> float:
     """slo's RunMetrics.error_rate (the failed share; 0 for no requests) over the parts."""
     oks = np.concatenate([_oks(s, idx) for s, idx in parts]) if parts else np.empty(0)
     return float(1.0 - oks.mean()) if oks.size else 0.0
-
-
-def _pick(arrays: list[np.ndarray], idx: Draw) -> list[np.ndarray]:
-    return arrays if idx is None else [arrays[i] for i in idx]
 
 
 def _oks(samples: RequestSamples, idx: Draw) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""Records to verdicts: one run's `LevelVerdict`, several runs pooled (with intervals), and the
-capacity interval that re-judges resampled runs. Every path applies `LevelVerdict`'s rules to
-values computed by slo's definitions, so a level gets the same answer on each."""
+"""Records to verdicts: one run's `LevelVerdict`, several runs pooled (with intervals), the
+capacity interval that re-judges resampled runs, and the keep-up estimate. Every path applies
+`LevelVerdict`'s rules to values computed by slo's definitions, so a level gets the same answer
+on each."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,6 @@ from tuner.measure.bootstrap import (
     pooled_term_value,
     term_intervals,
 )
-from tuner.measure.keepup import served_fraction
 from tuner.measure.verdict import (
     Interval,
     LevelVerdict,
@@ -33,6 +34,50 @@ from tuner.measure.verdict import (
 CAPACITY_RESAMPLES = 400
 
 
+# Theil-Sen over all pairs is O(n^2) in time and memory: a GPU level of 4000 requests takes ~1 s
+# and ~0.5 GB, and the capacity bootstrap re-judges every level hundreds of times. Above this
+# many requests the slopes come from pairs half a run apart instead (O(n), long spans, as robust).
+ALL_PAIRS_UP_TO = 400
+
+
+def served_fraction(records: Sequence[Any]) -> float:
+    """Share of the offered rate the server sustained (1.0 when it kept up).
+
+    An overloaded server (arrival rate r above its service rate mu) builds a queue that grows
+    by r - mu per second, so a request arriving t seconds into the run waits t * (r/mu - 1)
+    before its first token. The slope of (first token - scheduled arrival) against the
+    scheduled arrival therefore estimates r/mu - 1, and mu/r = 1 / (1 + slope). Prompt lengths
+    spread the waits but not their trend. Theil-Sen (the median of pairwise slopes) keeps a few
+    long prompts from tilting it. Requests that never produced a token are left out; the error
+    rule judges them.
+    """
+    points = [
+        (r.scheduled_s, r.chunk_times_s[0] - r.scheduled_s)
+        for r in records
+        if not r.warmup and r.chunk_times_s and math.isfinite(r.scheduled_s)
+    ]
+    if len(points) < 5:
+        return 1.0
+    t = np.array([p[0] for p in points])
+    wait = np.array([p[1] for p in points])
+    i, j = _pairs(t)
+    dt = t[j] - t[i]
+    keep = dt > 1e-6
+    if not keep.any():
+        return 1.0  # everything arrived at once: a burst has no sustained rate to judge
+    slope = float(np.median((wait[j] - wait[i])[keep] / dt[keep]))
+    return 1.0 / (1.0 + slope) if slope > 0 else 1.0
+
+
+def _pairs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs whose slopes the median is taken over."""
+    if len(t) <= ALL_PAIRS_UP_TO:
+        return np.triu_indices(len(t), k=1)
+    order = np.argsort(t, kind="stable")
+    half = len(t) // 2
+    return order[: len(t) - half], order[half:]
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """One replay of a config at one rate: the unit that is pooled and resampled."""
@@ -42,18 +87,16 @@ class Run:
     schedule_ok: bool = True
 
 
-def judge_report(
-    report: SLOReport, rate_rps: float, served: float, schedule_ok: bool, rules: VerdictRules
-) -> LevelVerdict:
+def judge_report(report: SLOReport, rate_rps: float, served: float, schedule_ok: bool,
+                 rules: VerdictRules) -> LevelVerdict:  # fmt: skip
     """One run's verdict from slo's evaluation of it."""
     terms = tuple(TermVerdict(r.term, float(r.value_s)) for r in report.terms)
     return LevelVerdict(rate_rps, terms, float(report.metrics.error_rate), served,
                         schedule_ok, rules)  # fmt: skip
 
 
-def judge_runs(
-    runs: Sequence[Run], slo: SLO, rules: VerdictRules, rate_rps: float, seed: int | None = None
-) -> LevelVerdict:
+def judge_runs(runs: Sequence[Run], slo: SLO, rules: VerdictRules, rate_rps: float,
+               seed: int | None = None) -> LevelVerdict:  # fmt: skip
     """The runs at `rate_rps` pooled; with a `seed`, each term gets its bootstrap interval.
 
     The served fraction is the mean over runs (each on its own clock); the schedule held only
@@ -95,7 +138,8 @@ def capacity_interval(
     is judged, and takes the capacity envelope of those verdicts. The interval's resolution is
     that of the measured rates.
     """
-    measured = [dataclasses.replace(run, records=_measured(run)) for run in runs]
+    measured = [dataclasses.replace(run, records=[r for r in run.records if not r.warmup])
+                for run in runs]  # fmt: skip
     groups = {rate: [(run, RequestSamples(run.records)) for run in group]
               for rate, group in by_rate(measured).items()}  # fmt: skip
     rng = np.random.default_rng(seed)
@@ -118,15 +162,8 @@ def _pooled(
     """Point estimates over runs pooled, each run as measured or resampled (`Draw`)."""
     samples = [(s, idx) for _, s, idx in parts]
     terms = tuple(TermVerdict(t, pooled_term_value(samples, t)) for t in slo.terms)
-    served = [served_fraction(_picked(run.records, idx)) for run, _, idx in parts]
+    served = [served_fraction(run.records if idx is None else [run.records[i] for i in idx])
+              for run, _, idx in parts]  # fmt: skip
     return LevelVerdict(rate_rps, terms, pooled_error_rate(samples),
                         float(np.mean(served)) if served else 0.0,
                         all(run.schedule_ok for run, _, _ in parts), rules)  # fmt: skip
-
-
-def _measured(run: Run) -> list[Any]:
-    return [r for r in run.records if not getattr(r, "warmup", False)]
-
-
-def _picked(records: Sequence[Any], idx: Draw) -> Sequence[Any]:
-    return records if idx is None else [records[i] for i in idx]

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tuner.measure.level import LevelRecord
+from tuner.measure.meter import LevelRecord
 from tuner.measure.ratesearch import RateSearch
 from tuner.report.summary import short_config
 from tuner.store.records import Role, TrialRecord

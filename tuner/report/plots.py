@@ -1,21 +1,31 @@
-"""The report's figures as PNG bytes (matplotlib, no display needed)."""
+"""The report's figures as PNG bytes (matplotlib, no display needed), from the run's records,
+and knob importance from the study."""
 
 from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
+import optuna
+from optuna.trial import TrialState
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from tuner.targets.knobs import KNOBS
+from tuner.search.space import THRESHOLD_FRACTION, THRESHOLD_SWITCH
+from tuner.store.records import TrialRecord
+from tuner.targets.knobs import KNOBS, knobs_to_json
 
 _BLUE, _ORANGE, _GREY, _GREEN, _RED = "#1f77b4", "#ff7f0e", "#9a9a9a", "#2ca02c", "#d62728"
+# Colour, marker and legend label of each role (the budget sweep is drawn as search).
+_STYLES = {"recommended": (_GREEN, "*", "recommended"), "default": (_RED, "s", "vLLM default"),
+           "rule_of_thumb": (_ORANGE, "D", "rule of thumb"),
+           "search": (_BLUE, "o", "search")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,11 @@ def pareto_plot(points: Sequence[TrialPoint], ttft_limit_s: float | None,
     if ttft_limit_s:
         ax.axhline(ttft_limit_s * 1e3, color=_RED, linewidth=1, linestyle=":",
                    label="TTFT p99 limit")  # fmt: skip
-    _legend_roles(ax)
-    ax.set_xlabel("TPOT p99 (ms)")
-    ax.set_ylabel("TTFT p99 (ms)")
-    ax.set_yscale("log")
-    ax.set_title("Latency trade-off (each trial at its highest passing rate)")
+    for color, marker, label in _STYLES.values():
+        ax.scatter([], [], c=color, marker=marker, label=label)
+    ax.legend(loc="best", fontsize=8)
+    ax.set(xlabel="TPOT p99 (ms)", ylabel="TTFT p99 (ms)", yscale="log",
+           title="Latency trade-off (each trial at its highest passing rate)")  # fmt: skip
     ax.grid(alpha=0.3)
     return _png(fig)
 
@@ -93,8 +103,7 @@ def knob_plots(points: Sequence[TrialPoint], knobs: Sequence[str]) -> bytes:
             ax.scatter([x], [p.capacity_rps or 0.0], c=color, marker=marker, s=40, zorder=3)
         if knob in ("max_num_batched_tokens", "max_num_seqs"):
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(KNOBS[knob].label if knob in KNOBS else knob)
-        ax.set_ylabel("capacity (req/s)")
+        ax.set(xlabel=KNOBS[knob].label if knob in KNOBS else knob, ylabel="capacity (req/s)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(knobs) :]:
         ax.set_visible(False)
@@ -107,8 +116,8 @@ def importance_plot(importance: dict[str, float]) -> bytes:
     names = list(importance)[::-1]
     fig, ax = plt.subplots(figsize=(6.0, 0.5 * len(names) + 1.2), layout="constrained")
     ax.barh(names, [importance[n] for n in names], color=_BLUE)
-    ax.set_xlabel("importance (share of capacity variance)")
-    ax.set_title("Which knobs mattered (fANOVA over finished trials)")
+    ax.set(xlabel="importance (share of capacity variance)",
+           title="Which knobs mattered (fANOVA over finished trials)")  # fmt: skip
     ax.grid(alpha=0.3, axis="x")
     return _png(fig)
 
@@ -129,33 +138,15 @@ def progress_plot(points: Sequence[TrialPoint]) -> bytes:
         xs.append(p.number + 1)
         ys.append(best)
     ax.step(xs, ys, where="post", color=_GREEN, label="best so far")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("capacity (req/s)")
-    ax.set_title("Search progress")
+    ax.set(xlabel="trial", ylabel="capacity (req/s)", title="Search progress")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     return _png(fig)
 
 
 def _style(p: TrialPoint) -> tuple[str, str]:
-    if p.recommended:
-        return _GREEN, "*"
-    if p.role == "default":
-        return _RED, "s"
-    if p.role == "rule_of_thumb":
-        return _ORANGE, "D"
-    return _BLUE, "o"
-
-
-def _legend_roles(ax: Any) -> None:
-    for label, color, marker in (
-        ("recommended", _GREEN, "*"),
-        ("vLLM default", _RED, "s"),
-        ("rule of thumb", _ORANGE, "D"),
-        ("search", _BLUE, "o"),
-    ):
-        ax.scatter([], [], c=color, marker=marker, label=label)  # fmt: skip
-    ax.legend(loc="best", fontsize=8)
+    color, marker, _ = _STYLES.get("recommended" if p.recommended else p.role, _STYLES["search"])
+    return color, marker
 
 
 def _pareto(xy: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -169,3 +160,65 @@ def _pareto(xy: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
+
+
+PARAM_LABELS = {
+    THRESHOLD_SWITCH: "threshold on/off",
+    THRESHOLD_FRACTION: "threshold / budget",
+    **{k.name: k.label for k in KNOBS.values()},
+}
+FIGURE_TITLES = {
+    "pareto": "TTFT p99 against TPOT p99",
+    "knobs": "Capacity against each knob",
+    "importance": "Knob importance",
+    "progress": "Search progress",
+}
+
+
+def trial_points(trials: list[TrialRecord], recommended: int | None) -> list[TrialPoint]:
+    """Each finished trial at its highest passing rate (else its first level)."""
+    out = []
+    for t in trials:
+        if not t.finished or not t.levels:
+            continue
+        passing = [lv for lv in t.levels if lv.passed]
+        level = max(passing, key=lambda lv: lv.rate_rps) if passing else t.levels[0]
+        complete = t.state is TrialState.COMPLETE
+        out.append(TrialPoint(
+            number=t.number, role=t.role.value, state="complete" if complete else "pruned",
+            knobs=knobs_to_json(t.knobs), capacity_rps=t.capacity_rps if complete else None,
+            upper_bound_rps=t.upper_bound_rps, ttft_p99_s=level.latency.ttft_p99_s,
+            tpot_p99_s=level.latency.tpot_p99_s, rate_rps=level.rate_rps,
+            recommended=t.number == recommended,
+        ))  # fmt: skip
+    return out
+
+
+def importance(study: optuna.Study) -> dict[str, float] | None:
+    """Optuna's fANOVA importances over finished trials, None when there are too few."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 3 or len({t.value for t in done}) < 2:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError):
+        return None
+    return {PARAM_LABELS.get(k, k): float(v) for k, v in raw.items()} or None
+
+
+def report_figures(rec: dict[str, Any], trials: list[TrialRecord]) -> dict[str, bytes]:
+    """PNG bytes of each figure the report shows."""
+    best = rec.get("best") or {}
+    points = trial_points(trials, best.get("trial"))
+    limits = {t.get("metric"): t.get("limit_ms") for t in (best.get("terms") or [])}
+    figures = {}
+    if points:
+        ttft, tpot = limits.get("ttft_p99"), limits.get("tpot_p99")
+        figures["pareto"] = pareto_plot(points, ttft and ttft / 1e3, tpot and tpot / 1e3)
+        figures["knobs"] = knob_plots(points, list(rec.get("search", {}).get("space", {})))
+        figures["progress"] = progress_plot(points)
+    if rec.get("importance"):
+        figures["importance"] = importance_plot(rec["importance"])
+    return figures

@@ -10,12 +10,11 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tuner.report.flags import flag_notes, sglang_flags, vllm_flags
-from tuner.report.summary import summary_line
-from tuner.search.rules import RULE_OF_THUMB_TEXT, Scenario
+from tuner.report.summary import flag_notes, sglang_flags, summary_line, vllm_flags
+from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario
 from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
 from tuner.store.records import Candidate, Confirmation, Mode, Role, TrialRecord
-from tuner.store.view import RunView
+from tuner.store.runfiles import RunView
 from tuner.targets.knobs import knobs_to_json
 
 CAPACITY_DEFINITION = (

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from tuner.report.figures import FIGURE_TITLES, PARAM_LABELS
+from tuner.report.plots import FIGURE_TITLES, PARAM_LABELS
 from tuner.report.summary import bought_line, same_rate_sentence, short_config
 from tuner.store.runfiles import RunFiles
 
@@ -84,14 +84,8 @@ def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = [
-        "trial",
-        "config",
-        "search",
-        "confirmed",
-        "capacity interval",
-        "terms (point [interval])",
-    ]
+    header = ["trial", "config", "search", "confirmed", "capacity interval",
+              "terms (point [interval])"]  # fmt: skip
     rows = []
     for c in rec["top"]:
         ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
@@ -136,7 +130,8 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                    f"({search.get('trials_pruned')} pruned), {search.get('levels_measured')} "
                    f"load levels, {search.get('measurement_s', 0):.0f} s measuring; stopped by "
                    f"{search.get('stopped_by')}"],
-        ["space", "; ".join(f"{_label(k)}: {v}" for k, v in search.get("space", {}).items())],
+        ["space", "; ".join(f"{PARAM_LABELS.get(k, k)}: {v}"
+                            for k, v in search.get("space", {}).items())],
         ["pinned", ", ".join(f"{k}={v}" for k, v in search.get("fixed", {}).items()) or "-"],
         ["versions", versions],
         ["machine", f"{env.get('platform')}, {env.get('cpu_count')} CPUs"],
@@ -161,9 +156,7 @@ def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _default_text(target: dict[str, Any]) -> str:
     """The config every comparison is against, and where it comes from (a device row)."""
     config = target.get("default_config")
-    if not config:
-        return "-"
-    return f"{short_config(config)} ({target.get('default_source')})"
+    return f"{short_config(config)} ({target.get('default_source')})" if config else "-"
 
 
 def _level_text(wl: dict[str, Any]) -> str:
@@ -178,9 +171,8 @@ def _interval(e: dict[str, Any]) -> str:
 
 
 def _ci(ci: dict[str, Any]) -> str:
-    if ci.get("low") is None or ci.get("high") is None:
-        return "-"
-    return f"[{ci['low']:.2f}, {ci['high']:.2f}]"
+    bounds = (ci.get("low"), ci.get("high"))
+    return "-" if None in bounds else f"[{bounds[0]:.2f}, {bounds[1]:.2f}]"
 
 
 def _binding(e: dict[str, Any]) -> str:
@@ -189,10 +181,6 @@ def _binding(e: dict[str, Any]) -> str:
         return "-"
     limit = term.get("limit_ms")
     return f"{term['metric']} {term['value_ms']:.1f} ms" + (f" / {limit:g} ms" if limit else "")
-
-
-def _label(name: str) -> str:
-    return PARAM_LABELS.get(name, name)
 
 
 # ---- HTML -----------------------------------------------------------------------------------

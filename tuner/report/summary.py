@@ -1,13 +1,17 @@
-"""The sentences of a report: the one-line summary, the same-traffic sentence, the console end.
+"""The words of a report: the one-line summary, the same-traffic sentence, the console end,
+and ready-to-paste serving flags (vLLM and SGLang spellings).
 
-They read the recommendation JSON (the report's own document), so the Markdown, the HTML and
-the console say the same thing.
+The sentences read the recommendation JSON (the report's own document), so the Markdown, the
+HTML and the console say the same thing. Only knobs a config has become flags, so a target
+that lacks a knob (vLLM 0.32 has no partial-prefill limits and no policy) never has it
+recommended.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine_lite import Policy
 from tuner.targets.knobs import KNOBS
 
 
@@ -32,7 +36,8 @@ def summary_line(rec: dict[str, Any]) -> str:
             f"({short_config(c['config'])}) with {c['metric']} {c['value_ms']:.1f} ms "
             f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s"
         )
-    best, unit = rec["best"], _unit(rec)
+    best = rec["best"]
+    unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
     text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
     ratio, default = rec.get("ratio_vs_default"), rec.get("default")
     if ratio is not None:
@@ -50,10 +55,6 @@ def summary_line(rec: dict[str, Any]) -> str:
             what += f", {interval}"
         text += f"; at that rate the default misses the SLO ({what})"
     return text
-
-
-def _unit(rec: dict[str, Any]) -> str:
-    return "good req/s" if rec["objective"]["mode"] == "goodput" else "req/s within " + rec["slo"]
 
 
 def missed_terms(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -127,3 +128,63 @@ def print_summary(rec: dict[str, Any]) -> None:
         console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "
                       f"measured config is {rec['ratio_vs_rule_of_thumb']:.2f}x")  # fmt: skip
     console.print(f"  report: {rec['run_dir']}/recommendation.html (also .md, .json)")
+
+
+_CHUNKED = "enable_chunked_prefill"
+
+
+def _flag(name: str, value: Any) -> str:
+    return f"{KNOBS[name].vllm_flag} {value}"
+
+
+def vllm_flags(knobs: dict[str, Any]) -> str:
+    """`vllm serve` flags (vllm/engine/arg_utils.py names for SchedulerConfig fields)."""
+    parts = [_flag(n, knobs[n]) for n in ("max_num_batched_tokens", "max_num_seqs") if n in knobs]
+    if _CHUNKED in knobs:
+        chunk_flag = str(KNOBS[_CHUNKED].vllm_flag)
+        parts.append(chunk_flag if knobs[_CHUNKED] else "--no-" + chunk_flag.removeprefix("--"))
+    if not knobs.get(_CHUNKED, True):
+        return " ".join(parts)
+    if knobs.get("long_prefill_token_threshold"):
+        parts.append(_flag("long_prefill_token_threshold", knobs["long_prefill_token_threshold"]))
+    if knobs.get("long_prefill_token_threshold_adaptive"):
+        parts.append(str(KNOBS["long_prefill_token_threshold_adaptive"].vllm_flag))
+    if knobs.get("max_num_partial_prefills", 1) > 1:
+        parts.append(_flag("max_num_partial_prefills", knobs["max_num_partial_prefills"]))
+        parts.append(_flag("max_long_partial_prefills", knobs["max_long_partial_prefills"]))
+    return " ".join(parts)
+
+
+def sglang_flags(knobs: dict[str, Any]) -> str:
+    """`python -m sglang.launch_server` flags (sglang/srt/server_args.py).
+
+    SGLang caps each prefill chunk with --chunked-prefill-size and the prefill batch with
+    --max-prefill-tokens; --enable-mixed-chunk lets running decodes ride in the same batch as a
+    prefill chunk, which is what decode_first (Sarathi's stall-free batching) means.
+    """
+    budget, chunked = knobs["max_num_batched_tokens"], knobs.get(_CHUNKED, True)
+    chunk = (knobs.get("long_prefill_token_threshold") or budget) if chunked else -1
+    parts = [f"--chunked-prefill-size {chunk}", f"--max-prefill-tokens {budget}"]
+    if "max_num_seqs" in knobs:
+        parts.append(f"--max-running-requests {knobs['max_num_seqs']}")
+    if chunked and _policy(knobs) is Policy.DECODE_FIRST:
+        parts.append("--enable-mixed-chunk")
+    return " ".join(parts)
+
+
+def flag_notes(knobs: dict[str, Any]) -> list[str]:
+    """What the flags cannot say, so nobody pastes them believing they carry everything."""
+    notes = []
+    if _policy(knobs) is Policy.PREFILL_FIRST:
+        notes.append(
+            "policy=prefill_first has no vLLM flag: vLLM always schedules running decodes "
+            "first; SGLang without --enable-mixed-chunk runs prefill batches first"
+        )
+    if knobs.get("max_num_partial_prefills", 1) > 1:
+        notes.append("SGLang has no equivalent of --max-num-partial-prefills")
+    return notes
+
+
+def _policy(knobs: dict[str, Any]) -> Policy:
+    # Without a policy knob the server is vLLM V1's: running requests (decodes) first.
+    return Policy(knobs.get("policy", Policy.DECODE_FIRST))

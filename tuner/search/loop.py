@@ -85,14 +85,8 @@ class SearchLog:
         return statistics.median(self.durations_s) if self.durations_s else fallback_s
 
 
-async def run_search(
-    study: optuna.Study,
-    runner: TrialRunner,
-    trials: int,
-    budget: Budget,
-    plan: ConfirmPlan,
-    first_trial_guess_s: float,
-) -> SearchLog:
+async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget,
+                     plan: ConfirmPlan, first_trial_guess_s: float) -> SearchLog:  # fmt: skip
     """Run trials until the study holds `trials` finished ones or the budget runs out.
 
     A new trial starts only if its expected duration fits before the time kept for the

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+import optuna
 
 from engine_lite import Policy
 from tuner.errors import TuneError
@@ -23,14 +25,6 @@ THRESHOLD_FRACTION = "long_prefill_fraction"
 MAX_PARTIAL_PREFILLS = 4
 BUDGET = "max_num_batched_tokens"
 THRESHOLD = "long_prefill_token_threshold"
-
-
-class Suggester(Protocol):
-    """The part of `optuna.Trial` (or `optuna.trial.FixedTrial`) a space needs."""
-
-    def suggest_int(self, name: str, low: int, high: int, *, log: bool = False) -> int: ...
-    def suggest_float(self, name: str, low: float, high: float, *, log: bool = False) -> float: ...
-    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -58,6 +52,7 @@ class BudgetFraction:
 
 
 Domain = IntRange | Choices | BudgetFraction
+Suggester = optuna.Trial | optuna.trial.FixedTrial  # what a space asks values from
 
 
 @dataclass(frozen=True)
@@ -101,12 +96,6 @@ class SearchSpace:
                 params[name] = KNOBS[name].to_json(value)
         return params
 
-    def contains(self, knobs: Knobs) -> bool:
-        """True when every searched knob's value lies in its domain and pinned knobs match."""
-        if any(knobs.get(k) != v for k, v in self.fixed.items()):
-            return False
-        return all(_in_domain(domain, knobs[n], knobs) for n, domain in self.domains.items())
-
     def expressible(self, knobs: Knobs) -> bool:
         """Can a trial of this space run `knobs`? Knobs the space does not search must keep the
         base value; out-of-range integers can be enqueued (Optuna takes them as they are), a
@@ -114,11 +103,8 @@ class SearchSpace:
         default = self.default_config()
         if any(knobs.get(k) != v for k, v in default.items() if k not in self.domains):
             return False
-        return all(
-            knobs[name] in domain.values
-            for name, domain in self.domains.items()
-            if isinstance(domain, Choices)
-        )
+        choices = [(n, d) for n, d in self.domains.items() if isinstance(d, Choices)]
+        return all(knobs[name] in domain.values for name, domain in choices)
 
     def normalise(self, knobs: Knobs) -> Knobs:
         """Apply the rules that tie knobs together, as vLLM's SchedulerConfig checks them (a
@@ -137,9 +123,8 @@ class SearchSpace:
         if "max_num_partial_prefills" in out and not chunked:
             out["max_num_partial_prefills"] = 1
         if "max_long_partial_prefills" in out:
-            out["max_long_partial_prefills"] = min(
-                out["max_long_partial_prefills"], out.get("max_num_partial_prefills", 1)
-            )
+            most = out.get("max_num_partial_prefills", 1)
+            out["max_long_partial_prefills"] = min(out["max_long_partial_prefills"], most)
         return out
 
     def describe(self) -> dict[str, str]:
@@ -168,14 +153,6 @@ class SearchSpace:
         return max(self.block_size, _round_to_block(frac * budget, self.block_size))
 
 
-def _in_domain(domain: Domain, value: Any, knobs: Knobs) -> bool:
-    if isinstance(domain, Choices):
-        return value in domain.values
-    if isinstance(domain, IntRange):
-        return domain.low <= value <= domain.high
-    return not value or domain.low <= value / knobs[BUDGET] <= domain.high
-
-
 def _is_switched(name: str, domain: Domain) -> bool:
     """The threshold's "off" (0) is a switch of its own, not the bottom of a log range."""
     if isinstance(domain, BudgetFraction):
@@ -196,7 +173,7 @@ def _budget_domain(
     facts: SpaceFacts, base: Knobs, params: dict[str, Domain], fixed: Knobs
 ) -> IntRange:
     seqs = _largest(params.get("max_num_seqs"), fixed.get("max_num_seqs", base["max_num_seqs"]))
-    low = _round_up(max(256, seqs), facts.block_size)
+    low = -(-max(256, seqs) // facts.block_size) * facts.block_size  # rounded up to a block
     # "A few times the longest prompt", and never below the default so the default is inside.
     high = max(base[BUDGET], _pow2_ceil(4 * facts.longest_prompt), low)
     return IntRange(low, high, log=True)
@@ -213,12 +190,8 @@ DEFAULT_DOMAINS: dict[str, Callable[..., Domain]] = {
 }
 
 
-def build_space(
-    knob_space: KnobSpace,
-    facts: SpaceFacts,
-    params: dict[str, Domain] | None = None,
-    fixed: Knobs | None = None,
-) -> SearchSpace:
+def build_space(knob_space: KnobSpace, facts: SpaceFacts, params: dict[str, Domain] | None = None,
+                fixed: Knobs | None = None) -> SearchSpace:  # fmt: skip
     """The target's default space narrowed or widened by `--param` and pinned by `--fix`."""
     params, fixed = dict(params or {}), dict(fixed or {})
     both = sorted(set(params) & set(fixed))
@@ -291,10 +264,6 @@ def _largest(domain: Domain | None, default: int) -> int:
 
 def _round_to_block(value: float, block: int) -> int:
     return max(block, round(value / block) * block)
-
-
-def _round_up(value: int, block: int) -> int:
-    return -(-value // block) * block
 
 
 def _pow2_ceil(value: int) -> int:

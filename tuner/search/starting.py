@@ -1,15 +1,23 @@
 """How a study starts: the references and the budget sweep it queues before its sampler, and
-the rate the first trial starts at."""
+the rate the first trial starts at.
+
+The rule of thumb is the token budget engineers pick from a table today, by traffic scenario;
+the report measures it next to the tuned config, to show what measuring bought. Values follow
+the common guidance (vLLM's performance-tuning notes, Sarathi-Serve's 512/2048 budgets for
+strict/relaxed TBT, serving blogs): about 2048 for code completion, 4096-8192 for chat,
+8192-16384 for long-context RAG, 16384 and up for offline batch. Where the table gives a range
+we measure its lower end, the value a latency-minded engineer would start from.
+"""
 
 from __future__ import annotations
 
+import enum
 import math
 import warnings
 
 import optuna
 
 from tuner.measure.meter import Meter
-from tuner.search.rules import Scenario, rule_of_thumb_knobs
 from tuner.search.space import BUDGET, IntRange, SearchSpace
 from tuner.search.study import has_role
 from tuner.store import attrs
@@ -20,6 +28,49 @@ from tuner.targets.knobs import Knobs
 # (a burst's prefill-heavy throughput sits below the sustained capacity on the CPU preset).
 START_FRACTION_OF_BURST = 0.8
 MIN_START_RPS = 0.05
+
+
+class Scenario(enum.StrEnum):
+    CODE = "code"
+    CHAT = "chat"
+    RAG = "rag"
+    BATCH = "batch"
+
+
+RULE_OF_THUMB_BUDGET = {
+    Scenario.CODE: 2048,
+    Scenario.CHAT: 4096,
+    Scenario.RAG: 8192,
+    Scenario.BATCH: 16384,
+}
+RULE_OF_THUMB_TEXT = {
+    Scenario.CODE: "2048 for code completion",
+    Scenario.CHAT: "4096-8192 for chat",
+    Scenario.RAG: "8192-16384 for long-context RAG",
+    Scenario.BATCH: "16384+ for offline batch",
+}
+
+_WORKLOAD_SCENARIO = {
+    "code": Scenario.CODE,
+    "chat": Scenario.CHAT,
+    "mixed": Scenario.CHAT,  # mostly chat traffic with a minority of long prompts
+    "agent": Scenario.CHAT,
+    "random": Scenario.CHAT,
+    "trace": Scenario.CHAT,  # the Azure conversation trace
+    "rag": Scenario.RAG,
+    "summarize": Scenario.RAG,
+}
+
+
+def scenario_for(workload: str) -> Scenario:
+    """The table row a serving engineer would read for this workload."""
+    return _WORKLOAD_SCENARIO.get(workload, Scenario.CHAT)
+
+
+def rule_of_thumb_knobs(scenario: Scenario, default: Knobs) -> Knobs:
+    """The default config with the table's token budget (never below max_num_seqs)."""
+    budget = max(RULE_OF_THUMB_BUDGET[scenario], default.get("max_num_seqs", 1))
+    return {**default, "max_num_batched_tokens": budget}
 
 
 def reference_configs(space: SearchSpace, scenario: Scenario) -> list[tuple[Role, Knobs]]:
@@ -52,9 +103,8 @@ def sweep_configs(space: SearchSpace, scenario: Scenario) -> list[Knobs]:
     return out
 
 
-def enqueue_starting_configs(
-    study: optuna.Study, space: SearchSpace, scenario: Scenario, sweep: bool = True
-) -> list[str]:
+def enqueue_starting_configs(study: optuna.Study, space: SearchSpace, scenario: Scenario,
+                             sweep: bool = True) -> list[str]:  # fmt: skip
     """Queue the references and (unless `sweep` is off) the budget sweep once per study; notes
     on what was skipped."""
     notes = []

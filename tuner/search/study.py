@@ -59,15 +59,12 @@ def _journal(path: str) -> optuna.storages.BaseStorage:
 
 
 def make_sampler(
-    name: SamplerName,
-    seed: int,
-    n_startup_trials: int,
-    constraints: bool = False,
+    name: SamplerName, seed: int, n_startup_trials: int, constraints: bool = False
 ) -> BaseSampler:
     """TPE, GP (both honour the SLO constraints in `--rate` mode) or random search."""
     # Optuna 5 samplers read constraints set on the trial (Trial.set_constraint); older ones
     # need constraints_func.
-    cf = constraints_func if constraints and not _has_set_constraint() else None
+    cf = constraints_func if constraints and not hasattr(optuna.Trial, "set_constraint") else None
     if name is SamplerName.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)
     if name is SamplerName.GP:
@@ -78,27 +75,16 @@ def make_sampler(
         # The threshold fraction is conditional, which GP samples independently; say so once
         # in docs/tuner.md rather than on every trial.
         return optuna.samplers.GPSampler(
-            seed=seed,
-            n_startup_trials=n_startup_trials,
-            constraints_func=cf,
+            seed=seed, n_startup_trials=n_startup_trials, constraints_func=cf,
             warn_independent_sampling=False,
-        )
+        )  # fmt: skip
     # multivariate + group model the conditional threshold dimension jointly with the budget;
     # constant_liar keeps parallel workers from proposing the same point.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed,
-            n_startup_trials=n_startup_trials,
-            multivariate=True,
-            group=True,
-            constant_liar=True,
-            constraints_func=cf,
-        )
-
-
-def _has_set_constraint() -> bool:
-    return hasattr(optuna.trial.Trial, "set_constraint")
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials,
+                                          multivariate=True, group=True, constant_liar=True,
+                                          constraints_func=cf)  # fmt: skip
 
 
 def constraints_func(trial: FrozenTrial) -> Sequence[float]:
@@ -135,34 +121,21 @@ def best_capacity(study: optuna.Study) -> float:
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The finished trial with the highest value among those meeting every constraint."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    ok = [
-        t
-        for t in done
-        if t.value is not None
-        and math.isfinite(t.value)
-        and all(c <= 0 for c in attrs.constraints_of(t))
-    ]
+    ok = [t for t in done if t.value is not None and math.isfinite(t.value)
+          and all(c <= 0 for c in attrs.constraints_of(t))]  # fmt: skip
     return max(ok, key=lambda t: t.value or 0.0, default=None)
 
 
 def open_study(
-    storage: str | optuna.storages.BaseStorage,
-    study_name: str,
-    sampler: BaseSampler,
-    pruner: BasePruner,
-    meta: dict[str, Any],
-) -> optuna.Study:
+    storage: str | optuna.storages.BaseStorage, study_name: str, sampler: BaseSampler,
+    pruner: BasePruner, meta: dict[str, Any],
+) -> optuna.Study:  # fmt: skip
     """Create the study, or load it to resume; a study made for another SLO or workload is
     refused rather than mixed with this run's measurements."""
     try:
-        study = optuna.create_study(
-            storage=storage,
-            study_name=study_name,
-            sampler=sampler,
-            pruner=pruner,
-            direction="maximize",
-            load_if_exists=True,
-        )
+        study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                    pruner=pruner, direction="maximize",
+                                    load_if_exists=True)  # fmt: skip
     except (ImportError, ValueError, RuntimeError) as exc:
         raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
     old = attrs.study_meta(study)
@@ -209,8 +182,8 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, as another user
+        pass
     return True
 
 
@@ -235,5 +208,5 @@ def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
                     key=lambda t: t.value or 0.0, reverse=True)  # fmt: skip
     unique: dict[str, FrozenTrial] = {}
     for t in ranked:
-        unique.setdefault(repr(sorted(t.user_attrs.get(attrs.KNOBS, {}).items())), t)
+        unique.setdefault(repr(sorted(attrs.knobs_of(t).items())), t)
     return list(unique.values())[:k]

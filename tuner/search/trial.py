@@ -15,8 +15,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
-from tuner.measure.level import LevelRecord, LevelRun
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelRecord, LevelRun, Meter
 from tuner.measure.ratesearch import RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict
 from tuner.search.space import SearchSpace
@@ -88,9 +87,8 @@ class TrialRunner:
         self.progress.trial_done(record)
         return record
 
-    async def _capacity(
-        self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord, deadline: float | None
-    ) -> None:
+    async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
+                        deadline: float | None) -> None:  # fmt: skip
         search = RateSearch(self._settings(study))
         pruned = False
         self.progress.level_started(search.settings.start_rps, 0)

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from slo import SLO
-from tuner.measure.level import LevelRecord
+from tuner.measure.meter import LevelRecord
 from tuner.measure.verdict import VerdictRules
 from tuner.store.codec import clean_json, level_from_row, level_row
 from tuner.store.records import Role, TrialEnding, TrialRecord
@@ -82,9 +82,8 @@ def save_level(trial: optuna.Trial, index: int, level: LevelRecord) -> None:
     trial.set_user_attr(HEARTBEAT, time.time())
 
 
-def end_capacity(
-    trial: optuna.Trial, ending: TrialEnding, capacity_rps: float, upper_bound_rps: float
-) -> None:
+def end_capacity(trial: optuna.Trial, ending: TrialEnding, capacity_rps: float,
+                 upper_bound_rps: float) -> None:  # fmt: skip
     trial.set_user_attr(ENDING, ending.value)
     trial.set_user_attr(UPPER, clean_json(upper_bound_rps))
     trial.set_user_attr(CAPACITY, capacity_rps)

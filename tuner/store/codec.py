@@ -7,6 +7,7 @@ reports. NaN and inf become null, and null reads back as inf (a latency nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -14,74 +15,62 @@ from pathlib import Path
 from typing import Any
 
 from slo import SLO
-from tuner.measure.level import LatencyFigures, LevelRecord
+from tuner.measure.meter import LatencyFigures, LevelRecord
 from tuner.measure.verdict import Interval, LevelVerdict, TermVerdict, VerdictRules
 from tuner.store.records import Candidate, Confirmation, Role, SameRateCheck
 from tuner.targets.base import ServerStats
 from tuner.targets.knobs import knobs_from_json, knobs_to_json
+
+_SERVER = ("preemptions", "kv_cache_usage_max", "kv_cache_usage_mean")
 
 
 def clean_json(value: Any) -> Any:
     """JSON-safe copy: NaN and inf become null, enums their value, paths strings."""
     if isinstance(value, Mapping):
         return {str(k): clean_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list | tuple):
         return [clean_json(v) for v in value]
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, Path) else value
 
 
-def _seconds(ms: float | None) -> float:
-    return math.inf if ms is None else ms / 1e3
-
-
-# ---- SLO terms and intervals ------------------------------------------------------------
+def _inf(value: float | None, scale: float = 1.0) -> float:
+    return math.inf if value is None else value * scale
 
 
 def term_json(t: TermVerdict) -> dict[str, Any]:
     """`term` is the whole term (`tpot_p99=30ms`), `metric` its left-hand side."""
-    interval = t.interval_s
+    low, high = (t.interval_s.low, t.interval_s.high) if t.interval_s else (None, None)
     return clean_json({
         "term": str(t.term), "metric": t.name, "limit_ms": t.limit_s * 1e3,
-        "value_ms": t.value_s * 1e3, "low_ms": interval.low * 1e3 if interval else None,
-        "high_ms": interval.high * 1e3 if interval else None, "margin": t.margin_frac,
-        "clears": t.clears,
+        "value_ms": t.value_s * 1e3, "low_ms": low and low * 1e3, "high_ms": high and high * 1e3,
+        "margin": t.margin_frac, "clears": t.clears,
     })  # fmt: skip
 
 
 def term_from_json(data: Mapping[str, Any], slo: SLO) -> TermVerdict:
     term = next(t for t in slo.terms if t.name == data["metric"])
-    value = _seconds(data["value_ms"])
+    value = _inf(data["value_ms"], 1e-3)
     if data.get("low_ms") is None and data.get("high_ms") is None:
         return TermVerdict(term, value)
-    interval = Interval(value, _seconds(data.get("low_ms")), _seconds(data.get("high_ms")))
-    return TermVerdict(term, value, interval)
+    low, high = _inf(data.get("low_ms"), 1e-3), _inf(data.get("high_ms"), 1e-3)
+    return TermVerdict(term, value, Interval(value, low, high))
 
 
 def interval_json(interval: Interval | None) -> dict[str, Any] | None:
-    if interval is None:
-        return None
-    return clean_json({"point": interval.point, "low": interval.low, "high": interval.high})
+    return None if interval is None else clean_json(dataclasses.asdict(interval))
 
 
 def interval_from_json(data: Mapping[str, Any] | None) -> Interval | None:
-    if data is None:
-        return None
-    return Interval(*(math.inf if data[k] is None else data[k] for k in ("point", "low", "high")))
-
-
-# ---- one load level: the study's attribute and the trials table's row --------------------
+    return None if data is None else Interval(*(_inf(data[k]) for k in ("point", "low", "high")))
 
 
 def level_row(level: LevelRecord) -> dict[str, Any]:
     """Flat figures of one level (no per-request records)."""
-    v = level.verdict
-    binding = v.binding
+    v, binding = level.verdict, level.verdict.binding
     row: dict[str, Any] = {
         "rate_rps": v.rate_rps, "passed": v.passed, "slo_met": v.slo_met,
         "error_rate": v.error_rate, "served_fraction": v.served_fraction,
@@ -91,40 +80,27 @@ def level_row(level: LevelRecord) -> dict[str, Any]:
         **level.latency.as_dict(),
     }  # fmt: skip
     for t in v.terms:
-        row[f"slo_{t.name}_s"] = t.value_s
-        row[f"slo_{t.name}_margin"] = t.margin_frac
+        row[f"slo_{t.name}_s"], row[f"slo_{t.name}_margin"] = t.value_s, t.margin_frac
     row["binding_margin"] = binding.margin_frac if binding else None
-    row["preemptions"] = level.server.preemptions
-    row["kv_cache_usage_max"] = level.server.kv_cache_usage_max
-    row["kv_cache_usage_mean"] = level.server.kv_cache_usage_mean
-    return clean_json(row)
+    return clean_json({**row, **dataclasses.asdict(level.server)})
 
 
 def level_from_row(row: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> LevelRecord:
     def number(key: str) -> float:
-        value = row.get(key)
-        return math.nan if value is None else float(value)
+        return math.nan if row.get(key) is None else float(row[key])
 
-    terms = tuple(TermVerdict(t, _or_inf(row.get(f"slo_{t.name}_s"))) for t in slo.terms)
+    terms = tuple(TermVerdict(t, _inf(row.get(f"slo_{t.name}_s"))) for t in slo.terms)
     verdict = LevelVerdict(float(row["rate_rps"]), terms, number("error_rate"),
                            number("served_fraction"), bool(row.get("schedule_ok", True)),
                            rules)  # fmt: skip
     latency = LatencyFigures(**{k: number(k) for k in LatencyFigures().as_dict()})
-    server = ServerStats(row.get("preemptions"), row.get("kv_cache_usage_max"),
-                         row.get("kv_cache_usage_mean"))  # fmt: skip
+    server = ServerStats(*(row.get(k) for k in _SERVER))
     return LevelRecord(verdict, number("goodput_rps"), number("request_throughput_rps"), latency,
                        number("wall_s") or 0.0, number("max_loop_lag_s"), server)  # fmt: skip
 
 
-def _or_inf(value: float | None) -> float:
-    return math.inf if value is None else float(value)
-
-
-# ---- the confirmation ----------------------------------------------------------------------
-
-
 def verdict_json(v: LevelVerdict) -> dict[str, Any]:
-    """The shape both configs of the same-traffic check share."""
+    """The shape every confirmed figure shares (candidates, both sides of the same-rate check)."""
     return {"served_fraction": v.served_fraction, "error_rate": v.error_rate,
             "schedule_ok": v.schedule_ok, "terms": [term_json(t) for t in v.terms]}  # fmt: skip
 
@@ -171,17 +147,6 @@ def same_rate_json(s: SameRateCheck | None) -> dict[str, Any] | None:
     })  # fmt: skip
 
 
-def same_rate_from_json(
-    data: Mapping[str, Any] | None, slo: SLO, rules: VerdictRules
-) -> SameRateCheck | None:
-    if not data:
-        return None
-    rate = data["rate_rps"]
-    return SameRateCheck(rate, verdict_from_json(data["default"], rate, slo, rules),
-                         verdict_from_json(data["recommended"], rate, slo, rules),
-                         data["recommended"]["repeats"])  # fmt: skip
-
-
 def confirmation_json(c: Confirmation) -> dict[str, Any]:
     return clean_json({
         "candidates": [candidate_json(x) for x in c.candidates], "chosen_trial": c.chosen_trial,
@@ -191,9 +156,12 @@ def confirmation_json(c: Confirmation) -> dict[str, Any]:
 
 
 def confirmation_from_json(data: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> Confirmation:
-    return Confirmation(
-        candidates=[candidate_from_json(x, slo, rules) for x in data.get("candidates", [])],
-        chosen_trial=data.get("chosen_trial"),
-        same_rate=same_rate_from_json(data.get("default_at_recommended_rate"), slo, rules),
-        stopped_by=data.get("stopped_by") or "", elapsed_s=data.get("elapsed_s"),
-    )  # fmt: skip
+    same, check = data.get("default_at_recommended_rate"), None
+    if same:
+        rate = same["rate_rps"]
+        check = SameRateCheck(rate, verdict_from_json(same["default"], rate, slo, rules),
+                              verdict_from_json(same["recommended"], rate, slo, rules),
+                              same["recommended"]["repeats"])  # fmt: skip
+    return Confirmation([candidate_from_json(x, slo, rules) for x in data.get("candidates", [])],
+                        data.get("chosen_trial"), check, data.get("stopped_by") or "",
+                        data.get("elapsed_s"))  # fmt: skip

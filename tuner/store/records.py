@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from optuna.trial import TrialState
 
-from tuner.measure.level import LevelRecord
+from tuner.measure.meter import LevelRecord
 from tuner.measure.verdict import Interval, LevelVerdict, VerdictRules
 from tuner.targets.knobs import Knobs
 
@@ -98,7 +97,6 @@ class Candidate:
     confirmed_rps: float  # the capacity envelope of rates whose intervals clear (0: none)
     capacity_ci: Interval | None = None
     goodput_ci: Interval | None = None
-    records: list[Any] = field(default_factory=list, repr=False)  # at `verdict.rate_rps`
 
     @property
     def clears(self) -> bool:

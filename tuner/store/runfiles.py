@@ -1,4 +1,5 @@
-"""The run folder: where records, the trials table and the settings of a run live on disk.
+"""The run folder: where records, the trials table and the settings of a run live on disk, and
+`RunView`, the run read back as typed records (what every report is built from).
 
 results/<run>/study.db                      Optuna storage (unless --storage says otherwise)
 results/<run>/run.json                      settings, so `tune report` and resumes find them
@@ -17,17 +18,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
 from optuna.trial import TrialState
 
 from loadgen.records import RequestRecord, read_records_jsonl, write_records_jsonl
+from slo import SLO, parse_slo
 from tuner.errors import TuneError
 from tuner.measure.judge import Run
-from tuner.measure.level import LevelRun
-from tuner.store.codec import clean_json, level_row
-from tuner.store.records import TrialRecord
+from tuner.measure.meter import LevelRun
+from tuner.measure.verdict import VerdictRules
+from tuner.store import attrs
+from tuner.store.codec import clean_json, confirmation_from_json, level_row
+from tuner.store.records import Confirmation, Mode, Role, TrialRecord, rules_for
 from tuner.targets.knobs import knobs_to_json
 
 RUN_FILE = "run.json"
@@ -146,3 +152,48 @@ def write_trials_table(trials: Sequence[TrialRecord], files: RunFiles) -> list[P
     df.to_parquet(files.root / "trials.parquet", index=False)
     written.append(files.root / "trials.parquet")
     return written
+
+
+@dataclass(slots=True)
+class RunView:
+    """What one run folder and its study hold, read into typed records. `tune` and `tune report`
+    both build the report from it, so a report rebuilt from the folder is the one the run wrote."""
+
+    files: RunFiles
+    info: dict[str, Any]  # run.json: settings, workload, target, environment
+    study: optuna.Study
+    slo: SLO
+    mode: Mode
+    rules: VerdictRules
+    trials: list[TrialRecord]
+
+    @classmethod
+    def read(cls, files: RunFiles, study: optuna.Study) -> RunView:
+        info = files.read_json(RUN_FILE)
+        if not isinstance(info, dict):
+            raise TuneError(f"{files.root} has no {RUN_FILE}; pass the folder a tune run wrote")
+        slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))
+        rules = rules_for(mode, bool(info.get("target", {}).get("require_schedule", False)))
+        trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
+        return cls(files, info, study, slo, mode, rules, trials)
+
+    @property
+    def finished(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.finished]
+
+    def trial(self, number: int) -> TrialRecord:
+        return self.trials[number]
+
+    def with_role(self, role: Role) -> TrialRecord | None:
+        """The latest finished trial measured in this role (a reference re-run after a crash
+        wins)."""
+        hits = [t for t in self.finished if t.role is role]
+        return hits[-1] if hits else None
+
+    def confirmation(self) -> Confirmation | None:
+        data = self.files.read_json(CONFIRMATION_FILE)
+        return None if data is None else confirmation_from_json(data, self.slo, self.rules)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.info.get("settings", {})

@@ -69,9 +69,8 @@ class Target(Protocol):
     async def apply(self, knobs: Knobs) -> None:
         """Make the next levels run with these knobs (the rest at the target's defaults)."""
 
-    async def replay(
-        self, requests: Sequence[RequestSpec], offsets: Sequence[float], plan: ReplayPlan
-    ) -> LevelReplay:
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         """Send `requests` at `offsets` seconds from the start; records and server figures."""
 
     async def close(self) -> None:

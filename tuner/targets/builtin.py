@@ -34,10 +34,7 @@ class _StepWindow:
 
     def reset(self) -> None:
         with self._lock:
-            self.preemptions = 0
-            self.kv_max = 0.0
-            self.kv_sum = 0.0
-            self.steps = 0
+            self.preemptions, self.kv_max, self.kv_sum, self.steps = 0, 0.0, 0.0, 0
 
     def __call__(self, step: Any) -> None:
         with self._lock:
@@ -68,16 +65,10 @@ class BuiltinTarget:
         defaults = {k: v for k, v in self.engine.config.scheduler_knobs().items() if k in KNOBS}
         device = _device_name(config.device)
         self.knobs = KnobSpace(defaults, frozenset(defaults), _default_source(self.engine, device))
-        self.facts = TargetFacts(
-            kind=TargetKind.BUILTIN,
-            description=f"engine_lite {config.model}",
-            model=config.model,
-            device=device,
-            max_model_len=self.engine.max_model_len,
-            vocab_size=self.engine.vocab_size,
-            block_size=_block_size(self.engine),
-            require_schedule=False,
-        )
+        # In process the engine stamps chunk times itself: a lagging client cannot skew them.
+        self.facts = TargetFacts(TargetKind.BUILTIN, f"engine_lite {config.model}", config.model,
+                                 device, self.engine.max_model_len, self.engine.vocab_size,
+                                 _block_size(self.engine), require_schedule=False)  # fmt: skip
         self._window = _StepWindow()
         self.engine.add_step_listener(self._window)
         self._target = InProcessTarget(self.engine)
@@ -89,9 +80,8 @@ class BuiltinTarget:
             self._started = True
         await self.engine.reconfigure(**self.knobs.complete(knobs))
 
-    async def replay(
-        self, requests: Sequence[RequestSpec], offsets: Sequence[float], plan: ReplayPlan
-    ) -> LevelReplay:
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         self._window.reset()
         result = await replay(self._target, list(requests), offsets, warmup=plan.warmup,
                               timeout_s=plan.timeout_s, progress=False,
@@ -114,8 +104,7 @@ def _block_size(engine: AsyncEngine) -> int:
     """The engine's KV block size (16 on the PyTorch backend, 256 with flash-attn)."""
     # AsyncEngine.block_size comes with engine_lite's device-defaults change; until then the
     # runner it wraps holds the same number.
-    size = getattr(engine, "block_size", None) or engine._engine.runner.block_size
-    return int(size)
+    return int(getattr(engine, "block_size", None) or engine._engine.runner.block_size)
 
 
 def _device_name(device: str) -> str:

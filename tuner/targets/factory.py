@@ -10,9 +10,8 @@ from engine_lite import EngineConfig, EngineLiteError
 from tuner.errors import TuneError
 from tuner.targets.base import Target
 from tuner.targets.builtin import BuiltinTarget
-from tuner.targets.http import LaunchTarget, UrlTarget
+from tuner.targets.http import LaunchTarget, PrometheusProbe, UrlTarget
 from tuner.targets.launch import LaunchSpec
-from tuner.targets.prom import PrometheusProbe
 
 DEFAULT_LAUNCH_URL = "http://127.0.0.1:8000"
 

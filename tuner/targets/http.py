@@ -1,9 +1,13 @@
-"""Targets over HTTP: a server command launched per config (`--launch`), or a running `--url`."""
+"""Targets over HTTP: a server command launched per config (`--launch`) or a running `--url`,
+and `--prometheus-url`: the server's preemptions and KV-cache usage over each load level."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from loadgen import HttpTarget, RequestSpec, replay
 from tuner.errors import TuneError
@@ -18,7 +22,6 @@ from tuner.targets.base import (
 from tuner.targets.builtin import engine_defaults
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
 from tuner.targets.launch import LaunchedServer, LaunchSpec
-from tuner.targets.prom import PrometheusProbe
 
 # vLLM's KV block size (CacheConfig.block_size): what budgets round to on a server we cannot ask.
 VLLM_BLOCK_SIZE = 16
@@ -31,19 +34,80 @@ SAFE_VOCAB = 4096
 ASSUMED_DEFAULTS = "vLLM's defaults as engine_lite states them (the server's own flags unseen)"
 
 
+# vLLM V1 metric names (vllm/v1/metrics/loggers.py); engine_lite exports the same ones.
+# vllm:kv_cache_usage_perc is a fraction in [0, 1] despite its name.
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+class PrometheusProbe:
+    """Queries one Prometheus server with range functions spanning the level just measured."""
+
+    def __init__(self, url: str, scrape_interval_s: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        # A level's window reaches back one scrape further, so the sample taken just before the
+        # level started anchors the counter's increase.
+        self.scrape_interval_s = scrape_interval_s
+        self._client = PrometheusConnect(url=url, disable_ssl=True)
+        self._preempt_start: float | None = None
+
+    def check(self) -> None:
+        """Fail fast, in one line, when the server is not there."""
+        try:
+            ok = self._client.check_prometheus_connection()
+        except Exception as exc:  # the client raises requests' many exception types
+            raise TuneError(
+                f"--prometheus-url {self.url} is unreachable ({exc}); check the URL"
+            ) from None
+        if not ok:
+            raise TuneError(f"--prometheus-url {self.url} did not answer /-/healthy; check it")
+
+    async def begin(self) -> None:
+        self._preempt_start = await self._scalar(f"sum({PREEMPTIONS})")
+
+    async def end(self, wall_s: float) -> ServerStats:
+        """Preemptions and KV usage over the last `wall_s` seconds (plus one scrape)."""
+        # Let the scrape that covers the level's end land first.
+        await asyncio.sleep(self.scrape_interval_s)
+        window = f"{math.ceil(wall_s + 2 * self.scrape_interval_s)}s"
+        preempt_end, kv_max, kv_mean = await asyncio.gather(
+            self._scalar(f"sum({PREEMPTIONS})"),
+            self._scalar(f"max(max_over_time({KV_USAGE}[{window}]))"),
+            self._scalar(f"avg(avg_over_time({KV_USAGE}[{window}]))"),
+        )
+        return ServerStats(
+            preemptions=_counter_delta(self._preempt_start, preempt_end),
+            kv_cache_usage_max=kv_max,
+            kv_cache_usage_mean=kv_mean,
+        )
+
+    async def _scalar(self, query: str) -> float | None:
+        try:
+            result: list[dict[str, Any]] = await asyncio.to_thread(self._client.custom_query, query)
+        except Exception:  # a missed pull leaves a gap in the table, not a failed trial
+            return None
+        if not result:
+            return None
+        value = float(result[0]["value"][1])
+        return None if math.isnan(value) else value
+
+
+def _counter_delta(start: float | None, end: float | None) -> int | None:
+    """A counter's growth over a level; a server restarted since `start` counts from zero."""
+    if end is None:
+        return None
+    if start is None or end < start:
+        return round(end)
+    return round(end - start)
+
+
 def http_facts(
     kind: TargetKind, description: str, model: str, max_model_len: int | None
 ) -> TargetFacts:
-    return TargetFacts(
-        kind=kind,
-        description=description,
-        model=model,
-        device="remote",
-        max_model_len=max_model_len or DEFAULT_MODEL_LEN,
-        vocab_size=SAFE_VOCAB,
-        block_size=VLLM_BLOCK_SIZE,
-        require_schedule=True,
-    )
+    return TargetFacts(kind, description, model, "remote", max_model_len or DEFAULT_MODEL_LEN,
+                       SAFE_VOCAB, VLLM_BLOCK_SIZE, require_schedule=True)  # fmt: skip
 
 
 class _HttpLevels:
@@ -54,9 +118,8 @@ class _HttpLevels:
         self.prometheus = prom
         self._client = HttpTarget(url, model, endpoint=endpoint)
 
-    async def replay(
-        self, requests: Sequence[RequestSpec], offsets: Sequence[float], plan: ReplayPlan
-    ) -> LevelReplay:
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         if self.prometheus is not None:
             await self.prometheus.begin()
         result = await replay(self._client, list(requests), offsets, warmup=plan.warmup,

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from engine_lite import Policy
 from tuner.errors import TuneError
 
 Knobs = dict[str, Any]  # knob name -> value (a `Policy` for policy); one trial's config
-
-_TRUE = ("true", "on", "1", "yes")
-_FALSE = ("false", "off", "0", "no")
+_BOOLS = {"true": True, "on": True, "1": True, "yes": True,
+          "false": False, "off": False, "0": False, "no": False}  # fmt: skip
 
 
 class KnobKind(enum.Enum):
@@ -41,19 +40,14 @@ class Knob:
     vllm_flag: str | None = None  # None: `vllm serve` has no such flag
 
     def parse(self, text: str) -> Any:
-        """A value from `--param` / `--fix` / a suite; errors name the value and the fix."""
+        """A value from `--param` / `--fix`; errors name the value and the fix."""
         text = text.strip()
-        if self.kind is KnobKind.POLICY:
-            try:
-                return Policy(text)
-            except ValueError:
-                raise TuneError(
-                    f"{self.name}={text!r} is invalid; use one of {self.example()}"
-                ) from None
-        if self.kind is KnobKind.BOOL:
-            if text.lower() in _TRUE + _FALSE:
-                return text.lower() in _TRUE
-            raise TuneError(f"{self.name}={text!r} is invalid; use true or false")
+        if self.kind is KnobKind.POLICY and text in {p.value for p in Policy}:
+            return Policy(text)
+        if self.kind is KnobKind.BOOL and text.lower() in _BOOLS:
+            return _BOOLS[text.lower()]
+        if self.kind is not KnobKind.INT:
+            raise TuneError(f"{self.name}={text!r} is invalid; use one of {self.example()}")
         try:
             value = int(text)
         except ValueError:
@@ -76,9 +70,7 @@ class Knob:
 
     def to_arg(self, value: Any) -> str:
         """The value as one command-line argument (a --launch placeholder)."""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        return str(self.to_json(value))
+        return str(value).lower() if isinstance(value, bool) else str(self.to_json(value))
 
 
 # Suggestion order: a knob that bounds another (the budget, chunking) comes before it.
@@ -114,7 +106,6 @@ def knobs_to_json(knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def knobs_from_json(data: Mapping[str, Any]) -> Knobs:
-    """The inverse of `knobs_to_json`."""
     return {name: KNOBS[name].from_json(value) for name, value in data.items()}
 
 
@@ -124,9 +115,8 @@ class KnobSpace:
 
     defaults: Knobs  # every knob the target has, at the value it runs untouched
     settable: frozenset[str]  # the knobs it can change between trials
-    default_source: str  # where `defaults` come from, e.g. "engine_lite defaults on cpu"
-    # Why a knob outside `settable` cannot change, with {name} filled in.
-    refusal: str = field(default="this target cannot change {name}")
+    default_source: str  # where `defaults` come from, e.g. a row of vLLM's device table
+    refusal: str = "this target cannot change {name}"  # why not, with {name} filled in
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.defaults) | self.settable) - set(KNOBS))
@@ -140,19 +130,14 @@ class KnobSpace:
             raise TuneError(f"{flag} {name}: {self.refusal.format(name=name)}")
 
     def complete(self, knobs: Mapping[str, Any]) -> Knobs:
-        """The full config a target runs for `knobs`: its defaults with `knobs` applied.
-
-        Knobs a config leaves out mean the defaults, not the previous trial's values. A knob the
-        target cannot set must keep its default value.
-        """
+        """The full config a target runs for `knobs`: knobs left out mean the defaults (not the
+        previous trial's values); a knob the target cannot set must keep its default."""
         for name, value in knobs.items():
             if name not in self.settable and value != self.defaults.get(name):
                 raise TuneError(f"{name}={value}: {self.refusal.format(name=name)}")
         return {**self.defaults, **knobs}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "default_config": knobs_to_json(self.defaults),
-            "default_source": self.default_source,
-            "settable": [k for k in KNOBS if k in self.settable],
-        }
+        settable = [k for k in KNOBS if k in self.settable]
+        return {"default_config": knobs_to_json(self.defaults),
+                "default_source": self.default_source, "settable": settable}  # fmt: skip

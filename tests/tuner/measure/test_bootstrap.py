@@ -5,8 +5,7 @@ import numpy as np
 from loadgen.records import RequestRecord
 from slo import parse_slo
 from tuner.measure.bootstrap import RequestSamples, goodput_interval, term_intervals
-from tuner.measure.judge import Run, capacity_interval
-from tuner.measure.keepup import served_fraction
+from tuner.measure.judge import Run, capacity_interval, served_fraction
 from tuner.measure.verdict import VerdictRules
 
 

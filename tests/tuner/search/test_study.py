@@ -7,9 +7,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
-from tuner.search.rules import Scenario
 from tuner.search.space import SpaceFacts, build_space
-from tuner.search.starting import enqueue_starting_configs
+from tuner.search.starting import Scenario, enqueue_starting_configs
 from tuner.search.study import CapacityPruner, SamplerName, make_sampler, open_study, storage_url
 from tuner.store.attrs import ROLE, role_attrs
 from tuner.store.records import Role

@@ -5,11 +5,11 @@ import pytest
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.confirm.same_rate import default_at_rate
 from tuner.measure.judge import judge_runs
 from tuner.measure.meter import Meter
 from tuner.report.render import render_markdown
 from tuner.report.summary import same_rate_sentence
+from tuner.search.confirm import default_at_rate
 from tuner.store.codec import same_rate_json
 from tuner.store.records import Candidate, Mode, Role, rules_for
 from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles

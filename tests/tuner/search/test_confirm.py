@@ -5,8 +5,8 @@ from optuna.trial import TrialState
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.confirm.candidates import Confirmer, choose
 from tuner.measure.meter import Meter
+from tuner.search.confirm import Confirmer, choose
 from tuner.store.records import Mode, Role, TrialRecord, rules_for
 from tuner.store.runfiles import RunFiles
 from tuner.targets.builtin import BuiltinTarget
