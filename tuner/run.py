@@ -1,8 +1,5 @@
-"""One `tune` run end to end: target, workload, study, search, confirmation, report.
-
-`run_tune` reads as the run's phases in order; each phase is one function below, and each
-calls into the package that owns it. Nothing calls back into this module.
-"""
+"""One `tune` run: `run_tune` reads as the run's phases in order, each one function below that
+calls into the package owning it; nothing calls back into this module."""
 
 from __future__ import annotations
 
@@ -66,11 +63,8 @@ class TuneRun:
 
 async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = time.monotonic,
                    target: Target | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run (or resume) a study and write its report; returns the recommendation JSON.
-
-    `clock` and `target` are injectable: every deadline is read on `clock`, so a test can run
-    the whole pipeline against a simulated target in simulated time.
-    """
+    """Run (or resume) a study and write its report; returns the recommendation JSON. Every
+    deadline is read on `clock`, so a test can run it on a simulated target in simulated time."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     budget = Budget(settings.time_budget_s, clock)
     try:

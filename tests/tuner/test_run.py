@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import tuner.report.plots  # noqa: F401  loaded once here, not inside the timed tests
 from tuner.report.publish import report_main
 from tuner.run import run_tune
 from tuner.settings import TuneSettings
@@ -12,8 +13,11 @@ BUDGET_S = 600.0
 
 
 def settings(tmp_path, **changes) -> TuneSettings:
-    base = {"slo": "tpot_p99=30ms", "num_requests": 80, "level_s": 2.0, "trials": 12,
-            "time_budget_s": BUDGET_S, "top_k": 2, "run_dir": str(tmp_path / "run")}  # fmt: skip
+    # Short levels, few trials, one config confirmed, a journal file (the quickest storage):
+    # every phase runs, on little data.
+    base = {"slo": "tpot_p99=30ms", "num_requests": 40, "level_s": 1.0, "trials": 8,
+            "time_budget_s": BUDGET_S, "top_k": 1, "run_dir": str(tmp_path / "run"),
+            "storage": str(tmp_path / "study.journal")}  # fmt: skip
     return TuneSettings(**{**base, **changes})
 
 

@@ -66,7 +66,7 @@ def pooled_term_value(parts: Sequence[Part], term: SLOTerm) -> float:
 def pooled_error_rate(parts: Sequence[Part]) -> float:
     """slo's RunMetrics.error_rate (the failed share; 0 for no requests) over the parts."""
     oks = np.concatenate([_oks(s, idx) for s, idx in parts]) if parts else np.empty(0)
-    return float(1.0 - oks.mean()) if oks.size else 0.0
+    return int(np.count_nonzero(~oks)) / oks.size if oks.size else 0.0
 
 
 def _oks(samples: RequestSamples, idx: Draw) -> np.ndarray:

@@ -97,11 +97,8 @@ def judge_report(report: SLOReport, rate_rps: float, served: float, schedule_ok:
 
 def judge_runs(runs: Sequence[Run], slo: SLO, rules: VerdictRules, rate_rps: float,
                seed: int | None = None) -> LevelVerdict:  # fmt: skip
-    """The runs at `rate_rps` pooled; with a `seed`, each term gets its bootstrap interval.
-
-    The served fraction is the mean over runs (each on its own clock); the schedule held only
-    if it held in every run.
-    """
+    """The runs at `rate_rps` pooled (served fraction: the mean over runs; the schedule: held in
+    all); with a `seed`, each term gets its bootstrap interval."""
     if seed is None:
         return _pooled([(run, RequestSamples(run.records), None) for run in runs], slo, rules,
                        rate_rps)  # fmt: skip
@@ -123,8 +120,12 @@ def confirmed_capacity(
     runs: Sequence[Run], slo: SLO, rules: VerdictRules, seed: int = 0
 ) -> tuple[float, dict[float, LevelVerdict]]:
     """The capacity envelope over rates whose pooled runs clear (whole intervals), and the
-    verdict at each rate."""
-    verdicts = {r: judge_runs(g, slo, rules, r, seed) for r, g in by_rate(runs).items()}
+    verdict at each rate; a rate that fails on its point estimates cannot clear, so it gets no
+    bootstrap."""
+    verdicts = {}
+    for rate, group in by_rate(runs).items():
+        point = judge_runs(group, slo, rules, rate)
+        verdicts[rate] = judge_runs(group, slo, rules, rate, seed) if point.passed else point
     return capacity_envelope((r, v.clears) for r, v in verdicts.items())[0], verdicts
 
 
@@ -132,12 +133,8 @@ def capacity_interval(
     runs: Sequence[Run], slo: SLO, rules: VerdictRules, n_boot: int = CAPACITY_RESAMPLES,
     seed: int = 0,
 ) -> Interval:  # fmt: skip
-    """Capacity from measured runs, resampling each run's requests.
-
-    Each resample judges every rate on point estimates over its pooled runs, as a search level
-    is judged, and takes the capacity envelope of those verdicts. The interval's resolution is
-    that of the measured rates.
-    """
+    """Capacity from measured runs, resampling each run's requests: each resample judges every
+    rate on point estimates, as a search level is, and takes the capacity envelope."""
     measured = [dataclasses.replace(run, records=[r for r in run.records if not r.warmup])
                 for run in runs]  # fmt: skip
     groups = {rate: [(run, RequestSamples(run.records)) for run in group]

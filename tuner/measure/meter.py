@@ -1,10 +1,6 @@
-"""Measure a configured target: one load level (which requests it replays, what it measured:
-`LevelRecord`), or its capacity by a rate search.
-
-The layer `tune` and `tune bench` share. It knows loadgen (arrivals), slo (through the judge)
-and a target that is already configured; it knows nothing of Optuna. Time is read on the
-injected clock only.
-"""
+"""Measure a configured target: one load level (`LevelRecord`), or its capacity by a rate
+search. Shared by `tune` and `tune bench`; knows loadgen, slo and the target, not Optuna. Time
+is read on the injected clock only."""
 
 from __future__ import annotations
 

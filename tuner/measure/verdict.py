@@ -1,10 +1,6 @@
-"""Does a config hold at a rate? The one verdict every phase and report reads.
-
-A level passes when every SLO term holds, fewer than 1% of requests fail, the server kept up
-with its arrivals and, over HTTP, the client kept its schedule. The search, the confirmation,
-the same-traffic check, the report and `tune bench` all judge a level through `LevelVerdict`,
-so a level has one answer everywhere. Pure: no records, no I/O.
-"""
+"""Does a config hold at a rate? The one `LevelVerdict` that the search, the confirmation, the
+same-traffic check, the report and `tune bench` all read, and the one capacity envelope. Pure:
+no records, no I/O."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ from slo import SLOTerm
 MAX_ERROR_RATE = 0.01
 # TPOT and ITL exclude queueing, so without a keep-up rule a config that starves prefills (a
 # tiny budget, decode first) would "meet" a TPOT SLO at any rate while its queue grows without
-# bound. measure/keepup.py estimates the served share of the offered rate.
+# bound. measure/judge.py's served_fraction estimates the share of the offered rate served.
 MIN_SERVED_FRACTION = 0.85
 
 
@@ -77,9 +73,9 @@ class TermVerdict:
 
     @property
     def clears(self) -> bool:
-        """The whole interval holds (the point estimate when there is none)."""
+        """The point and the whole interval hold (the point alone when there is no interval)."""
         high = self.interval_s.high if self.interval_s else self.value_s
-        return high <= self.limit_s
+        return self.holds and high <= self.limit_s
 
     @property
     def margin_frac(self) -> float:
@@ -152,12 +148,9 @@ class LevelVerdict:
 
 
 def capacity_envelope(levels: Iterable[tuple[float, bool]]) -> tuple[float, float]:
-    """(capacity, upper bound) from (rate, passed) pairs: the highest passing rate below the
-    lowest failing one (0 when none), and that lowest failing rate (inf when none failed).
-
-    Noise can pass a rate above a failure; the first failure bounds capacity regardless. The
-    rate search, its bootstrap interval and the confirmation all use this one rule.
-    """
+    """(capacity, upper bound) from (rate, passed): the highest passing rate below the lowest
+    failing one (0 if none) and that failing rate (inf if none). Noise can pass a rate above a
+    failure; the first failure bounds capacity regardless."""
     levels = list(levels)
     upper = min((rate for rate, ok in levels if not ok), default=math.inf)
     capacity = max((rate for rate, ok in levels if ok and rate < upper), default=0.0)

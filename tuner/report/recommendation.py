@@ -25,6 +25,7 @@ GOODPUT_DEFINITION = (
     "goodput at the fixed rate: requests meeting every per-request SLO bound per second "
     "(vllm bench serve's request_goodput), with each SLO term as a constraint"
 )
+DEFINITIONS = {Mode.CAPACITY: CAPACITY_DEFINITION, Mode.GOODPUT: GOODPUT_DEFINITION}
 
 
 def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
@@ -37,7 +38,8 @@ def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
     default, thumb = _references(view, candidates, info)
     rec: dict[str, Any] = {
         "slo": info.get("slo"),
-        "objective": _objective(view.mode, info),
+        "objective": {"mode": view.mode.value, "rate_rps": info.get("rate_rps"),
+                      "definition": DEFINITIONS[view.mode]},
         "workload": info.get("workload", {}),
         "target": info.get("target", {}),
         "environment": info.get("environment", {}),
@@ -48,7 +50,7 @@ def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
         "ratio_vs_default": _ratio(best, default) if feasible else None,
         "ratio_vs_rule_of_thumb": _ratio(best, thumb) if feasible else None,
         "default_at_recommended_rate": same_rate_json(conf.same_rate),
-        "flags": _flags(best) if feasible else None,
+        "flags": _flags(best["config"]) if best and feasible else None,
         "closest": None if feasible else _closest(finished),
         "top": sorted((candidate_json(c) for c in conf.candidates),
                       key=lambda c: -(c["confirmed_rps"] or 0)),
@@ -58,11 +60,6 @@ def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
     }  # fmt: skip
     rec["summary"] = summary_line(rec)
     return clean_json(rec)
-
-
-def _objective(mode: Mode, info: dict[str, Any]) -> dict[str, Any]:
-    definition = GOODPUT_DEFINITION if mode is Mode.GOODPUT else CAPACITY_DEFINITION
-    return {"mode": mode.value, "rate_rps": info.get("rate_rps"), "definition": definition}
 
 
 def _references(
@@ -118,10 +115,7 @@ def _ratio(best: dict[str, Any] | None, other: dict[str, Any] | None) -> float |
     return best["capacity_rps"] / other["capacity_rps"]
 
 
-def _flags(best: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not best:
-        return None
-    knobs = best["config"]
+def _flags(knobs: dict[str, Any]) -> dict[str, Any]:
     return {"vllm": vllm_flags(knobs), "sglang": sglang_flags(knobs), "notes": flag_notes(knobs)}
 
 

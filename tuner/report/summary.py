@@ -1,11 +1,6 @@
-"""The words of a report: the one-line summary, the same-traffic sentence, the console end,
-and ready-to-paste serving flags (vLLM and SGLang spellings).
-
-The sentences read the recommendation JSON (the report's own document), so the Markdown, the
-HTML and the console say the same thing. Only knobs a config has become flags, so a target
-that lacks a knob (vLLM 0.32 has no partial-prefill limits and no policy) never has it
-recommended.
-"""
+"""The words of a report: the summary line, the same-traffic sentence, the console end, and the
+vLLM / SGLang flags (only for knobs the config has). They read the recommendation JSON, so the
+Markdown, the HTML and the console say the same thing."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """After the search: re-measure the top configs, and the default at the recommended rate.
 
-A capacity found by a rate search is, by construction, a rate where the SLO only just held, and
-the luckiest of several noisy configs tends to win the search. So the top few are measured again
-at their capacity, the runs are pooled, and each SLO term gets a bootstrap interval; a config's
-confirmed capacity is the capacity envelope of the rates whose pooled runs clear.
-
-"1.1x the default's capacity" is a ratio of two rate searches. The plainer question a serving
-engineer asks is: at the traffic the recommendation is rated for, would the default have met the
-SLO? One more level of the same seeded request list, on the default config, at the recommended
-config's confirmed rate, answers it side by side with the recommendation's own figures there.
+A searched capacity is where the SLO only just held, and the luckiest of several noisy configs
+tends to win; so the top few are measured again, their runs pooled, and each term gets a
+bootstrap interval. The default measured once more at the recommended rate answers the plainer
+question: at that traffic, would the default have met the SLO?
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ class Confirmer:
         times) until the pooled intervals clear, rather than calling the config unusable.
         """
         runs = self.files.search_runs(trial)
-        rate = self._rate(trial)
+        rate = candidate_rate(trial, self.mode, self.rate_rps)
         measured = 0
 
         async def measure(at_rps: float) -> bool:
@@ -64,20 +59,15 @@ class Confirmer:
 
         for _ in range(repeats):
             await measure(rate)
-        cand = self._build(trial, runs, measured)
+        cand = build_candidate(trial, runs, rate, measured, self.meter.slo, self.meter.rules,
+                               self.mode, self.seed)  # fmt: skip
         probe = rate
         for _ in range(self.max_steps_down if self.mode is Mode.CAPACITY else 0):
             if cand.clears or not await measure(probe := probe / self.step_factor):
                 break
-            cand = self._build(trial, runs, measured)
+            cand = build_candidate(trial, runs, rate, measured, self.meter.slo, self.meter.rules,
+                               self.mode, self.seed)  # fmt: skip
         return cand
-
-    def _rate(self, trial: TrialRecord) -> float:
-        return candidate_rate(trial, self.mode, self.rate_rps)
-
-    def _build(self, trial: TrialRecord, runs: Sequence[Run], repeats: int) -> Candidate:
-        return build_candidate(trial, runs, self._rate(trial), repeats, self.meter.slo,
-                               self.meter.rules, self.mode, self.seed)  # fmt: skip
 
 
 def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> float:
@@ -96,7 +86,9 @@ def build_candidate(
     confirmed rate, or at `rate` when nothing clears."""
     confirmed, verdicts = confirmed_capacity(runs, slo, rules, seed)
     at = confirmed or rate
-    verdict = verdicts.get(at) or judge_runs([], slo, rules, at, seed)
+    verdict = verdicts.get(at)
+    if verdict is None or not verdict.passed:  # every term the report shows has its interval
+        verdict = judge_runs([r for r in runs if r.rate_rps == at], slo, rules, at, seed)
     cand = Candidate(trial.number, trial.role, trial.knobs, float(trial.value or 0.0), verdict,
                      repeats, confirmed)  # fmt: skip
     if mode is Mode.GOODPUT:

@@ -14,7 +14,7 @@ from tuner.measure.meter import Clock, Meter
 from tuner.search.study import best_trial, finished_trials, top_trials
 from tuner.search.trial import TrialRunner
 from tuner.store import attrs
-from tuner.store.records import Mode, TrialRecord
+from tuner.store.records import Mode
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0
@@ -76,7 +76,6 @@ class ConfirmPlan:
 class SearchLog:
     """What this process measured during the search."""
 
-    trials: list[TrialRecord] = field(default_factory=list)
     durations_s: list[float] = field(default_factory=list)
     stopped_by: str = ""
 
@@ -108,7 +107,6 @@ async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budg
                 raise
             continue
         failed_in_a_row = 0
-        log.trials.append(record)
         if not record.role.is_reference:
             log.durations_s.append(budget.clock() - started)
         if (best := best_trial(study)) is not None and best.value:

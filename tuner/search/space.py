@@ -1,9 +1,5 @@
-"""The knobs a study searches, their ranges, and `--param` / `--fix` parsing.
-
-The space holds only knobs the target can set (its `KnobSpace`); every config it suggests is
-the target's defaults with the searched and pinned knobs applied, tied together by vLLM's
-`SchedulerConfig` rules.
-"""
+"""The knobs a study searches (only those the target can set), their ranges, and `--param` /
+`--fix` parsing; every config is tied together by vLLM's `SchedulerConfig` rules."""
 
 from __future__ import annotations
 

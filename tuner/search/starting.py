@@ -1,12 +1,8 @@
-"""How a study starts: the references and the budget sweep it queues before its sampler, and
-the rate the first trial starts at.
+"""How a study starts: the references (the default config and the rule of thumb) and the budget
+sweep it queues before its sampler, and the rate the first trial starts at.
 
-The rule of thumb is the token budget engineers pick from a table today, by traffic scenario;
-the report measures it next to the tuned config, to show what measuring bought. Values follow
-the common guidance (vLLM's performance-tuning notes, Sarathi-Serve's 512/2048 budgets for
-strict/relaxed TBT, serving blogs): about 2048 for code completion, 4096-8192 for chat,
-8192-16384 for long-context RAG, 16384 and up for offline batch. Where the table gives a range
-we measure its lower end, the value a latency-minded engineer would start from.
+The rule of thumb is the budget engineers pick from a table today (vLLM's tuning notes,
+Sarathi-Serve's 512/2048, serving blogs), at the lower end of its range.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""One Optuna trial: configure the target, measure it, keep every level, tell the study.
-
-In capacity mode the trial runs the rate search and reports each level's upper bound to the
-study, whose `CapacityPruner` stops a trial that cannot win; in `--rate` mode it measures one
-level and gives each SLO term to the sampler as a constraint.
-"""
+"""One Optuna trial: configure the target, measure it (a rate search whose every level bounds
+the trial for the pruner, or one level at --rate with SLO constraints), keep every level."""
 
 from __future__ import annotations
 

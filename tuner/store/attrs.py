@@ -1,9 +1,5 @@
-"""The one adapter between typed trial records and Optuna's trial and study attributes.
-
-Every attribute key lives here. The search writes through these functions, and everything
-else reads `TrialRecord`s, so the keys and their shapes are defined once. The keys are those
-of earlier versions, so a resumed or re-reported older study still reads.
-"""
+"""The one adapter between typed trial records and Optuna's trial and study attributes. Every
+key lives here, unchanged from earlier versions, so an older study still resumes and reports."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -34,11 +30,7 @@ UPPER = "upper_bound_rps"  # lowest failing rate (None before any failure)
 CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - limit
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
-
-
-class _HasAttrs(Protocol):
-    @property
-    def user_attrs(self) -> dict[str, Any]: ...
+_Trial = optuna.Trial | FrozenTrial
 
 
 def worker_id() -> str:
@@ -50,15 +42,15 @@ def role_attrs(role: Role) -> dict[str, Any]:
     return {ROLE: role.value}
 
 
-def role_of(trial: _HasAttrs) -> Role:
+def role_of(trial: _Trial) -> Role:
     return Role(trial.user_attrs.get(ROLE, Role.SEARCH.value))
 
 
-def knobs_of(trial: _HasAttrs) -> Knobs:
+def knobs_of(trial: _Trial) -> Knobs:
     return knobs_from_json(trial.user_attrs.get(KNOBS, {}))
 
 
-def constraints_of(trial: _HasAttrs, missing: list[float] | None = None) -> list[float]:
+def constraints_of(trial: _Trial, missing: list[float] | None = None) -> list[float]:
     return list(trial.user_attrs.get(CONSTRAINTS, [] if missing is None else missing))
 
 

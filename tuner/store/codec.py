@@ -1,9 +1,6 @@
-"""JSON forms of the typed records, both ways: the one place a record becomes JSON.
-
-A level is stored as a flat row (the study's attribute and a trials-table row share it); an
-SLO term always has one shape, `term_json`. Values are seconds in records and milliseconds in
-reports. NaN and inf become null, and null reads back as inf (a latency nothing achieved).
-"""
+"""JSON forms of the typed records, both ways: the one place a record becomes JSON. One shape
+per SLO term (`term_json`); seconds in records, milliseconds in reports; NaN and inf become
+null, and null reads back as inf (a latency nothing achieved)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Typed records of a run: one trial, one confirmed candidate, the same-traffic check.
-
-The search writes them, the study keeps them (through `store/attrs.py`), and reports are built
-from them; nothing else reads Optuna attributes or run files.
-"""
+"""Typed records of a run: one trial, one confirmed candidate, the same-traffic check. The
+search writes them, the study keeps them (store/attrs.py), and reports are built from them."""
 
 from __future__ import annotations
 

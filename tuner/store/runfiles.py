@@ -1,17 +1,5 @@
-"""The run folder: where records, the trials table and the settings of a run live on disk, and
-`RunView`, the run read back as typed records (what every report is built from).
-
-results/<run>/study.db                      Optuna storage (unless --storage says otherwise)
-results/<run>/run.json                      settings, so `tune report` and resumes find them
-results/<run>/records/trial-0007-level-02.jsonl   per-request records of each load level
-results/<run>/records/confirm-0007-01-12.5rps.jsonl  re-measurements of the top configs
-                                            (+ .level.json: that level's figures)
-results/<run>/records_recommended.jsonl, records_default.jsonl,
-              records_default_at_recommended_rate.jsonl
-results/<run>/trials.csv (+ trials.parquet with pyarrow)  one row per trial and load level
-results/<run>/confirmation.json             intervals and the choice they led to
-results/<run>/recommendation.{json,md,html}, plots/*.png
-"""
+"""The run folder (its layout is in docs/tuner.md, "The run folder"): records, the trials
+table, the settings; and `RunView`, the run read back as typed records for every report."""
 
 from __future__ import annotations
 

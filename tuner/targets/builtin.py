@@ -50,11 +50,8 @@ class _StepWindow:
 
 
 class BuiltinTarget:
-    """engine_lite in this process: weights load once, each trial only swaps scheduler knobs.
-
-    Its knob space is the engine's own: every scheduler knob, settable, and its defaults are
-    the engine's config as built for this device (what `engine-lite serve` runs untouched).
-    """
+    """engine_lite in this process: weights load once, each trial only swaps scheduler knobs. It
+    can set every knob it has; its defaults are its config as resolved for this device."""
 
     def __init__(self, config: EngineConfig) -> None:
         try:

@@ -136,11 +136,8 @@ class _HttpLevels:
 
 
 class LaunchTarget(_HttpLevels):
-    """Starts the user's server command per config with that config's knobs filled in.
-
-    It can set exactly the knobs the command names as placeholders; the others stay at
-    vLLM's defaults.
-    """
+    """Starts the user's server command per config; it sets the knobs the command names as
+    placeholders, the others stay at vLLM's defaults."""
 
     def __init__(
         self,

@@ -1,10 +1,8 @@
 """The scheduler knobs the tuner knows, and the knob space each target declares.
 
-The catalogue is the tuner's one list of knob names: vLLM `SchedulerConfig` names, how a report
-labels each, how `--param` / `--fix` values parse, how JSON and a launch command spell a value,
-and the `vllm serve` flag. A target declares its `KnobSpace`: the knobs it has with the values
-it runs when told nothing ("the default config" every comparison is against) and the knobs it
-can change between trials. A new target (vLLM, SGLang) is one more such declaration.
+The catalogue is the tuner's one list of knob names, labels, value types and vLLM flags. A
+target declares its `KnobSpace`: the knobs it has, their values when it is told nothing (the
+default config every comparison is against), and which it can change between trials.
 """
 
 from __future__ import annotations
