@@ -42,7 +42,7 @@ from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
 from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
 from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
-from tuner.targets.base import Target
+from tuner.targets.base import ReplayPlan, Target
 from tuner.targets.factory import open_target
 
 
@@ -113,9 +113,8 @@ def prepare(
     mode = Mode.GOODPUT if settings.rate_rps is not None else Mode.CAPACITY
     level = LevelSettings(arrival=settings.arrival, burstiness=settings.burstiness,
                           seed=settings.workload_seed, duration_s=settings.level_s or None,
-                          min_requests=MIN_REQUESTS_PER_LEVEL)  # fmt: skip
-    level = dataclasses.replace(level, replay=dataclasses.replace(
-        level.replay, timeout_s=settings.request_timeout_s))  # fmt: skip
+                          min_requests=MIN_REQUESTS_PER_LEVEL,
+                          replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level,
                   rules_for(mode, facts.require_schedule), clock)  # fmt: skip
     study = _open_study(settings, files, workload, mode, slo, facts.model)

@@ -57,16 +57,17 @@ class Confirmer:
             runs.append(run.run())
             return True
 
+        def candidate() -> Candidate:
+            slo, rules = self.meter.slo, self.meter.rules
+            return build_candidate(trial, runs, rate, measured, slo, rules, self.mode, self.seed)
+
         for _ in range(repeats):
             await measure(rate)
-        cand = build_candidate(trial, runs, rate, measured, self.meter.slo, self.meter.rules,
-                               self.mode, self.seed)  # fmt: skip
-        probe = rate
+        cand, probe = candidate(), rate
         for _ in range(self.max_steps_down if self.mode is Mode.CAPACITY else 0):
             if cand.clears or not await measure(probe := probe / self.step_factor):
                 break
-            cand = build_candidate(trial, runs, rate, measured, self.meter.slo, self.meter.rules,
-                               self.mode, self.seed)  # fmt: skip
+            cand = candidate()
         return cand
 
 

@@ -115,10 +115,10 @@ class TrialRunner:
         run = await self.meter.level(self.rate_rps)
         self._keep(trial, record, run)
         self.progress.level_done(run.level, None)
-        verdict = run.level.verdict
-        record.constraints = list(goodput_constraints(verdict).values())
+        verdict, constraints = run.level.verdict, goodput_constraints(run.level.verdict)
+        record.constraints = list(constraints.values())
         record.ending = TrialEnding.FEASIBLE if verdict.passed else TrialEnding.INFEASIBLE
-        attrs.end_goodput(trial, record.ending, goodput_constraints(verdict))
+        attrs.end_goodput(trial, record.ending, constraints)
         goodput = run.level.goodput_rps
         record.value = goodput if math.isfinite(goodput) else 0.0
         study.tell(trial, record.value)
