@@ -224,8 +224,8 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
     if rec.get("top"):
         parts += ["<h2>Top configs, re-measured</h2>", _html_table(*top_table(rec)),
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
-                  "is confirmed at the highest rate where every term's whole interval holds."
-                  "</p>"]  # fmt: skip
+                  "is confirmed at the highest rate whose runs hold with every term's whole "
+                  "interval, below any rate that does not.</p>"]  # fmt: skip
     for name, png in figures.items():
         data = base64.b64encode(png).decode("ascii")
         parts += [f"<h2>{FIGURE_TITLES[name]}</h2>",
