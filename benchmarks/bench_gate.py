@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def _bench(suite: Path, baseline: Path, *extra: str) -> tuple[int, dict]:
-    cmd = [sys.executable, "-m", "tuner.bench_cli", "--suite", str(suite), "--baseline",
+    cmd = [sys.executable, "-m", "tuner.bench.cli", "--suite", str(suite), "--baseline",
            str(baseline), "--json", *extra]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode == 2:

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -40,10 +41,13 @@ import optuna
 from engine_lite import EngineConfig, Policy
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.measure import MIN_SERVED_FRACTION, LevelSettings, find_capacity
-from tuner.ratesearch import RateSearchSettings
-from tuner.rules import Scenario
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.measure.verdict import VerdictRules
 from tuner.run import run_tune
+from tuner.search.space import SpaceFacts, build_space
+from tuner.search.starting import Scenario, enqueue_starting_configs
+from tuner.search.study import CapacityPruner, SamplerName, best_capacity, make_sampler
 from tuner.settings import (
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
@@ -51,10 +55,8 @@ from tuner.settings import (
     MIN_REQUESTS_PER_LEVEL,
     TuneSettings,
 )
-from tuner.space import build_space
-from tuner.starting import enqueue_starting_configs
-from tuner.study import CapacityPruner, SamplerName, best_capacity, make_sampler
-from tuner.targets import BuiltinTarget
+from tuner.targets.builtin import BuiltinTarget
+from tuner.targets.knobs import knobs_from_json, knobs_to_json
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SLO_TEXT = "tpot_p99=30ms"
@@ -70,9 +72,11 @@ EVAL_GROWTH = 1.25
 
 
 def grid_configs(
-    budgets: tuple[int, ...] = GRID_BUDGETS, partials: tuple[int, ...] = GRID_PARTIALS
+    base: dict[str, Any],
+    budgets: tuple[int, ...] = GRID_BUDGETS,
+    partials: tuple[int, ...] = GRID_PARTIALS,
 ) -> list[dict[str, Any]]:
-    base = EngineConfig().scheduler_knobs()
+    """The grid around the engine's default config `base`."""
     out = []
     for budget, frac, policy, partial in itertools.product(
         budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES, partials
@@ -89,14 +93,14 @@ class Bench:
 
     def __init__(self, num_requests: int, start_rps: float) -> None:
         self.target = BuiltinTarget(EngineConfig())
-        engine = self.target.engine
+        facts = self.target.facts
         self.workload = build_workload("mixed", num_requests=num_requests, seed=0,
-                                       max_model_len=engine.max_model_len,
-                                       vocab_size=engine.vocab_size)  # fmt: skip
-        self.slo = parse_slo(SLO_TEXT)
-        # The same levels as tune's defaults: 8 s of arrivals from the seeded list.
-        self.level = LevelSettings(require_schedule=False, duration_s=DEFAULT_LEVEL_S,
-                                   min_requests=MIN_REQUESTS_PER_LEVEL)  # fmt: skip
+                                       max_model_len=facts.max_model_len,
+                                       vocab_size=facts.vocab_size)  # fmt: skip
+        # The same levels and verdicts as tune's defaults: 8 s of arrivals from the seeded list.
+        level = LevelSettings(duration_s=DEFAULT_LEVEL_S, min_requests=MIN_REQUESTS_PER_LEVEL)
+        self.meter = Meter(self.target, self.workload.requests, parse_slo(SLO_TEXT), level,
+                           VerdictRules(require_schedule=facts.require_schedule))  # fmt: skip
         self.start_rps = start_rps
 
     async def capacity(
@@ -108,30 +112,27 @@ class Bench:
         tol, growth = (EVAL_REL_TOL, EVAL_GROWTH) if fine else (DEFAULT_REL_TOL, 2.0)
         search = RateSearchSettings(start_rps=start or self.start_rps, rel_tol=tol, growth=growth,
                                     min_rps=self.start_rps / 8)  # fmt: skip
-        result = await find_capacity(self.target, self.workload.requests, self.slo, search,
-                                     self.level)  # fmt: skip
-        failing = [lv for lv in result.levels if not lv.passed]
+        result = await self.meter.capacity(search)
+        levels = [run.level for run in result.levels]
+        failing = [lv for lv in levels if not lv.passed]
         first_fail = min(failing, key=lambda lv: lv.rate_rps) if failing else None
         return {
-            "config": _jsonable(knobs),
+            "config": knobs_to_json(knobs),
             "capacity_rps": result.capacity_rps,
-            "levels": len(result.levels),
-            "measure_s": sum(lv.wall_s for lv in result.levels),
-            "fail_reason": _reason(first_fail) if first_fail else None,
+            "levels": len(levels),
+            "measure_s": sum(lv.wall_s for lv in levels),
+            "fail_reason": _reason(first_fail.verdict) if first_fail else None,
         }
 
 
-def _reason(level: Any) -> str:
-    return "queue" if level.served_fraction < MIN_SERVED_FRACTION else level.binding
-
-
-def _jsonable(knobs: dict[str, Any]) -> dict[str, Any]:
-    return {k: getattr(v, "value", v) for k, v in knobs.items()}
+def _reason(verdict: Any) -> str:
+    """What the manual procedure reacts to: the queue, else the binding term's name."""
+    return "queue" if not verdict.kept_up else verdict.binding.name
 
 
 async def run_grid(bench: Bench, budgets: tuple[int, ...], partials: tuple[int, ...]) -> list[dict]:
     out = []
-    configs = grid_configs(budgets, partials)
+    configs = grid_configs(bench.target.knobs.defaults, budgets, partials)
     for i, knobs in enumerate(configs):
         res = await bench.capacity(knobs)
         out.append(res)
@@ -142,7 +143,7 @@ async def run_grid(bench: Bench, budgets: tuple[int, ...], partials: tuple[int, 
 
 async def run_manual(bench: Bench) -> dict:
     """The table value, then halve on TPOT misses and double on TTFT misses or queueing."""
-    base = EngineConfig().scheduler_knobs()
+    base = bench.target.knobs.defaults
     budget, tried, best, measure_s = TABLE_BUDGET, {}, None, 0.0
     while budget not in tried and GRID_BUDGETS[0] <= budget <= GRID_BUDGETS[-1]:
         res = await bench.capacity({**base, "max_num_batched_tokens": budget})
@@ -195,7 +196,7 @@ async def evaluate(
         for name, cfg in configs.items():
             if first[_key(cfg["config"])] != name or len(out[name]) > rnd:
                 continue
-            knobs = {**cfg["config"], "policy": Policy(cfg["config"]["policy"])}
+            knobs = knobs_from_json(cfg["config"])
             res = await bench.capacity(knobs, start=cfg.get("capacity_rps") or None, fine=True)
             out[name].append(res["capacity_rps"])
             save()
@@ -206,13 +207,13 @@ async def evaluate(
     return out
 
 
-def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
+def simulate(grid: list[dict], trials: int, seeds: int, knob_space: Any) -> dict[str, Any]:
     """Samplers on the grid's measured landscape: best capacity found within `trials`."""
     table = {_key(g["config"]): g["capacity_rps"] for g in grid}
     budgets = sorted({g["config"]["max_num_batched_tokens"] for g in grid})
     partials = sorted({g["config"]["max_num_partial_prefills"] for g in grid})
-    space = build_space(block_size=16, max_model_len=8192, longest_prompt=7168,
-                        params={}, fixed={})  # fmt: skip
+    space = build_space(knob_space, SpaceFacts(block_size=16, max_model_len=8192,
+                                               longest_prompt=7168))  # fmt: skip
 
     result = {}
     for name in (SamplerName.TPE, SamplerName.GP, SamplerName.RANDOM):
@@ -224,9 +225,11 @@ def simulate(grid: list[dict], trials: int, seeds: int) -> dict[str, Any]:
             for _ in range(trials):
                 trial = study.ask()
                 capacity = table.get(_key(_snap(space.suggest(trial), budgets, partials)), 0.0)
+                # As in tune: the first level is at the best capacity so far; a config that fails
+                # there reports that rate as its bound, and tune's pruner decides.
                 best = best_capacity(study)
-                if best > 0 and capacity < best:  # as in tune: fails at the best rate, pruned
-                    trial.report(best, 0)
+                trial.report(best if best > 0 and capacity < best else math.inf, 0)
+                if trial.should_prune():
                     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 else:
                     study.tell(trial, capacity)
@@ -290,7 +293,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await bench.target.close()
     state["summary"] = summarize(state, args.seeds)
     trials = statistics.median(state[f"ours-{s}"]["trials"] for s in range(args.seeds))
-    state["simulate"] = simulate(state["grid"], int(trials), args.sim_seeds)
+    state["simulate"] = simulate(state["grid"], int(trials), args.sim_seeds, bench.target.knobs)
     save()
     return state
 

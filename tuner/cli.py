@@ -7,11 +7,13 @@ import asyncio
 import json
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.rules import Scenario
+from tuner.search.starting import Scenario
+from tuner.search.study import SamplerName
 from tuner.settings import (
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
@@ -21,7 +23,6 @@ from tuner.settings import (
     DEFAULT_TRIALS,
     TuneSettings,
 )
-from tuner.study import SamplerName
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?\s*$")
 
@@ -39,36 +40,24 @@ def parse_duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tune",
-        description=__doc__,
-        epilog="`tune report RUN_DIR` rebuilds a run's report. docs/tuner.md has the details.",
-    )
+    # fmt: off
+    p = argparse.ArgumentParser(prog="tune", description=__doc__, epilog="`tune report RUN_DIR` "
+                                "rebuilds a run's report. docs/tuner.md has the details.")
     p.add_argument("--slo", help="e.g. tpot_p99=30ms,ttft_p99=2s (required unless --resume)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run with its saved settings")
     w = p.add_argument_group("workload")
     w.add_argument("--workload", default="mixed", help="preset (default: mixed)")
-    w.add_argument(
-        "--num-requests",
-        type=int,
-        help=f"size of the seeded request list levels replay a prefix of (default "
-        f"{DEFAULT_NUM_REQUESTS} on CPU, {DEFAULT_NUM_REQUESTS_GPU} on a GPU)",
-    )
-    w.add_argument(
-        "--level-seconds",
-        type=float,
-        default=DEFAULT_LEVEL_S,
-        help=f"seconds of arrivals per load level (default {DEFAULT_LEVEL_S:g}); 0 replays the "
-        "whole list at every level",
-    )
+    w.add_argument("--num-requests", type=int, help="size of the seeded request list levels "
+                   f"replay a prefix of (default {DEFAULT_NUM_REQUESTS} on CPU, "
+                   f"{DEFAULT_NUM_REQUESTS_GPU} on a GPU)")
+    w.add_argument("--level-seconds", type=float, default=DEFAULT_LEVEL_S, help="seconds of "
+                   f"arrivals per load level (default {DEFAULT_LEVEL_S:g}); 0 replays the whole "
+                   "list at every level")
     w.add_argument("--workload-seed", type=int, default=0)
     w.add_argument("--arrival", default="poisson", help="poisson, gamma or constant")
     w.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
-    w.add_argument(
-        "--scenario",
-        choices=[s.value for s in Scenario],
-        help="table row for the rule of thumb (default: from the workload)",
-    )
+    w.add_argument("--scenario", choices=[s.value for s in Scenario],
+                   help="table row for the rule of thumb (default: from the workload)")
     e = p.add_argument_group("built-in engine")
     e.add_argument("--model", default="tiny", help="preset or local Hugging Face folder")
     e.add_argument("--device", default="auto")
@@ -76,62 +65,31 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--kv-cache-memory-gb", type=float)
     e.add_argument("--max-model-len", type=int)
     s = p.add_argument_group("search")
-    s.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=V1,V2|LO..HI",
-        help="narrow or add a searched knob (repeatable)",
-    )
-    s.add_argument(
-        "--fix", action="append", default=[], metavar="NAME=V", help="pin a knob (repeatable)"
-    )
-    s.add_argument(
-        "--trials",
-        type=int,
-        default=DEFAULT_TRIALS,
-        help=f"most trials in the study, references included (default {DEFAULT_TRIALS})",
-    )
-    s.add_argument(
-        "--time-budget",
-        default=f"{DEFAULT_TIME_BUDGET_S:g}s",
-        help="wall-clock budget of this run, e.g. 10m (default 9m)",
-    )
+    s.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2|LO..HI",
+                   help="narrow or add a searched knob (repeatable)")
+    s.add_argument("--fix", action="append", default=[], metavar="NAME=V",
+                   help="pin a knob (repeatable)")
+    s.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="most trials in the "
+                   f"study, references included (default {DEFAULT_TRIALS})")
+    s.add_argument("--time-budget", default=f"{DEFAULT_TIME_BUDGET_S:g}s",
+                   help="wall-clock budget of this run, e.g. 10m (default 9m)")
     s.add_argument("--rate", type=float, help="optimise goodput at this fixed rate (req/s)")
-    s.add_argument(
-        "--repeats", type=int, default=1, help="re-measurements of each top config (default 1)"
-    )
+    s.add_argument("--repeats", type=int, default=1,
+                   help="re-measurements of each top config (default 1)")
     s.add_argument("--top-k", type=int, default=3, help="configs to re-measure (default 3)")
-    s.add_argument(
-        "--sampler", default=SamplerName.TPE.value, choices=[x.value for x in SamplerName]
-    )
+    s.add_argument("--sampler", default=SamplerName.TPE.value,
+                   choices=[x.value for x in SamplerName])
     s.add_argument("--seed", type=int, default=0, help="sampler seed")
-    s.add_argument(
-        "--startup-trials",
-        type=int,
-        default=5,
-        help="trials before the sampler models the space (the queued references and budget "
-        "sweep count; default 5)",
-    )
-    s.add_argument(
-        "--no-budget-sweep",
-        dest="budget_sweep",
-        action="store_false",
-        help="do not queue the budget sweep (256, 1024, ... 4x apart) before the sampler: "
-        "the references, then the sampler alone (to compare samplers)",
-    )
-    s.add_argument(
-        "--start-rate",
-        type=float,
-        help="first load level of the first trial, req/s (default: 80%% of the throughput "
-        "measured on a burst of the request list)",
-    )
-    s.add_argument(
-        "--rate-tolerance",
-        type=float,
-        default=DEFAULT_REL_TOL,
-        help=f"stop bisecting at this relative bracket width (default {DEFAULT_REL_TOL:g})",
-    )
+    s.add_argument("--startup-trials", type=int, default=5, help="trials before the sampler "
+                   "models the space (the queued references and budget sweep count; default 5)")
+    s.add_argument("--no-budget-sweep", dest="budget_sweep", action="store_false",
+                   help="do not queue the budget sweep (256, 1024, ... 4x apart) before the "
+                   "sampler: the references, then the sampler alone (to compare samplers)")
+    s.add_argument("--start-rate", type=float, help="first load level of the first trial, "
+                   "req/s (default: 80%% of the throughput measured on a burst of the request "
+                   "list)")
+    s.add_argument("--rate-tolerance", type=float, default=DEFAULT_REL_TOL, help="stop "
+                   f"bisecting at this relative bracket width (default {DEFAULT_REL_TOL:g})")
     s.add_argument("--min-rate", type=float, help="lowest rate worth measuring (start/8)")
     s.add_argument("--max-levels", type=int, default=8, help="load levels per trial at most")
     s.add_argument("--growth", type=float, default=2.0, help="climb factor (default 2)")
@@ -143,34 +101,32 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print the recommendation JSON")
     o.add_argument("--quiet", action="store_true", help="no progress display")
     t = p.add_argument_group("external servers")
-    t.add_argument(
-        "--launch",
-        metavar="CMD",
-        help="server command per trial with {knob} placeholders, e.g. 'vllm serve M "
-        "--port {port} --max-num-batched-tokens {max_num_batched_tokens}'",
-    )
+    t.add_argument("--launch", metavar="CMD", help="server command per trial with {knob} "
+                   "placeholders, e.g. 'vllm serve M --port {port} --max-num-batched-tokens "
+                   "{max_num_batched_tokens}'")
     t.add_argument("--url", help="server base URL (default for --launch: http://127.0.0.1:8000)")
     t.add_argument("--served-model", help="model name the server expects in requests")
     t.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
     t.add_argument("--prometheus-url", help="pull preemptions and KV usage per level")
-    t.add_argument(
-        "--prometheus-interval",
-        type=float,
-        default=5.0,
-        help="Prometheus scrape interval in seconds (default 5)",
-    )
-    t.add_argument(
-        "--launch-timeout",
-        type=float,
-        default=600.0,
-        help="seconds to wait for /health (default 600)",
-    )
-    return p  # fmt: skip
+    t.add_argument("--prometheus-interval", type=float, default=5.0,
+                   help="Prometheus scrape interval in seconds (default 5)")
+    t.add_argument("--launch-timeout", type=float, default=600.0,
+                   help="seconds to wait for /health (default 600)")
+    return p
+    # fmt: on
+
+
+# TuneSettings fields whose flag has another name; the others share theirs.
+_FLAG_OF = {"level_s": "level_seconds", "params": "param", "fixed": "fix", "rate_rps": "rate",
+            "n_startup_trials": "startup_trials", "start_rps": "start_rate",
+            "rel_tol": "rate_tolerance", "min_rps": "min_rate",
+            "request_timeout_s": "request_timeout", "prometheus_interval_s": "prometheus_interval",
+            "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget"}  # fmt: skip
 
 
 def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     if args.resume:
-        from tuner.runfiles import RUN_FILE, RunFiles
+        from tuner.store.runfiles import RUN_FILE, RunFiles
 
         info = RunFiles(Path(args.resume)).read_json(RUN_FILE)
         if info is None:
@@ -183,56 +139,21 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
         return TuneSettings.from_json(data)
     if not args.slo:
         raise TuneError("--slo is required, e.g. tune --slo tpot_p99=30ms")
-    return TuneSettings(
-        slo=args.slo, workload=args.workload, num_requests=args.num_requests,
-        level_s=args.level_seconds,
-        workload_seed=args.workload_seed, arrival=args.arrival, burstiness=args.burstiness,
-        model=args.model, device=args.device, dtype=args.dtype,
-        kv_cache_memory_gb=args.kv_cache_memory_gb, max_model_len=args.max_model_len,
-        params=args.param, fixed=args.fix, trials=args.trials,
-        time_budget_s=parse_duration(args.time_budget),
-        rate_rps=args.rate, repeats=args.repeats, top_k=args.top_k, sampler=args.sampler,
-        seed=args.seed, n_startup_trials=args.startup_trials, start_rps=args.start_rate,
-        budget_sweep=args.budget_sweep,
-        growth=args.growth, rel_tol=args.rate_tolerance, min_rps=args.min_rate,
-        max_levels=args.max_levels, scenario=args.scenario,
-        request_timeout_s=args.request_timeout, run_dir=args.run_dir, storage=args.storage,
-        study_name=args.study_name, launch=args.launch, url=args.url,
-        served_model=args.served_model, endpoint=args.endpoint,
-        prometheus_url=args.prometheus_url,
-        prometheus_interval_s=args.prometheus_interval, launch_timeout_s=args.launch_timeout,
-    )  # fmt: skip
-
-
-def print_summary(rec: dict[str, Any]) -> None:
-    """The end of a run, for a person: the sentence, the flags, where the files are."""
-    from rich.console import Console
-
-    console = Console()
-    console.print(f"\n[bold]{rec['summary']}[/bold]")
-    if rec.get("flags"):
-        console.print(f"  vLLM:   {rec['flags']['vllm']}", soft_wrap=True)
-        console.print(f"  SGLang: {rec['flags']['sglang']}", soft_wrap=True)
-        for note in rec["flags"]["notes"]:
-            console.print(f"  note: {note}", soft_wrap=True)
-    if rec.get("best"):
-        console.print(f"  limited by: {rec['best']['limited_by']}", soft_wrap=True)
-    thumb = rec.get("rule_of_thumb")
-    if thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
-        console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "
-                      f"measured config is {rec['ratio_vs_rule_of_thumb']:.2f}x")  # fmt: skip
-    console.print(f"  report: {rec['run_dir']}/recommendation.html (also .md, .json)")
+    values = {f.name: getattr(args, _FLAG_OF.get(f.name, f.name)) for f in fields(TuneSettings)}
+    return TuneSettings(**{**values, "time_budget_s": parse_duration(args.time_budget)})
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["report"]:
-            from tuner.rebuild import report_main
+            from tuner.report.publish import report_main
 
             return report_main(argv[1:])
         if argv[:1] == ["bench"]:
-            return _bench(argv[1:])
+            from tuner.bench.cli import main as bench_main
+
+            return bench_main(argv[1:])
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
         from tuner.run import run_tune
@@ -247,14 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rec, indent=2))
     else:
+        from tuner.report.summary import print_summary
+
         print_summary(rec)
     return 0
-
-
-def _bench(argv: list[str]) -> int:
-    from tuner.bench_cli import main as bench_main
-
-    return int(bench_main(argv))
 
 
 if __name__ == "__main__":

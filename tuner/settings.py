@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
-from tuner.rules import Scenario
-from tuner.space import Domain, parse_fix, parse_param
-from tuner.study import SamplerName
+from tuner.search.space import Domain, parse_fix, parse_param
+from tuner.search.starting import Scenario
+from tuner.search.study import SamplerName
+from tuner.targets.factory import TargetOptions
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
 # minutes on two cores: a level is 8 s of arrivals plus the drain (~12 s in all), the default
@@ -28,9 +30,6 @@ BURST_REQUESTS = 40
 BURST_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
-# The first trial starts at this share of the throughput measured on a burst of the request list
-# (a burst's prefill-heavy throughput sits below the sustained capacity on the CPU preset).
-START_FRACTION_OF_BURST = 0.8
 
 
 @dataclass
@@ -103,17 +102,9 @@ class TuneSettings:
             raise TuneError(f"--growth {self.growth} is invalid; use a factor above 1, e.g. 2")
         if not 0 < self.rel_tol < 1:
             raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
-        try:
-            SamplerName(self.sampler)
-        except ValueError:
-            choices = ", ".join(s.value for s in SamplerName)
-            raise TuneError(f"--sampler {self.sampler!r} is invalid; use {choices}") from None
+        _one_of("sampler", self.sampler, SamplerName)
         if self.scenario is not None:
-            try:
-                Scenario(self.scenario)
-            except ValueError:
-                choices = ", ".join(s.value for s in Scenario)
-                raise TuneError(f"--scenario {self.scenario!r} is invalid; use {choices}") from None
+            _one_of("scenario", self.scenario, Scenario)
         self.param_domains()
         self.fixed_values()
 
@@ -136,6 +127,17 @@ class TuneSettings:
             self.run_dir = str(Path("results") / time.strftime("tune-%Y%m%d-%H%M%S"))
         return Path(self.run_dir)
 
+    def target_options(self, log_dir: Path) -> TargetOptions:
+        engine = {"device": self.device, "dtype": self.dtype,
+                  "kv_cache_memory_gb": self.kv_cache_memory_gb}  # fmt: skip
+        return TargetOptions(
+            model=self.model, engine=engine, launch=self.launch, url=self.url,
+            served_model=self.served_model, endpoint=self.endpoint,
+            max_model_len=self.max_model_len, prometheus_url=self.prometheus_url,
+            prometheus_interval_s=self.prometheus_interval_s,
+            launch_timeout_s=self.launch_timeout_s, log_dir=log_dir,
+        )  # fmt: skip
+
     def resolved_study_name(self) -> str:
         return self.study_name or f"tune-{self.workload}"
 
@@ -146,6 +148,12 @@ class TuneSettings:
     def from_json(cls, data: dict[str, Any]) -> TuneSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _one_of(name: str, value: str, choices: type[enum.StrEnum]) -> None:
+    if value not in {c.value for c in choices}:
+        listed = ", ".join(c.value for c in choices)
+        raise TuneError(f"--{name} {value!r} is invalid; use {listed}")
 
 
 def _positive(name: str, value: float, integer: bool = False) -> None:

@@ -77,7 +77,10 @@ def test_launch_starts_a_server_per_trial_and_pulls_its_metrics(tmp_path, capsys
 
     assert rec["target"]["kind"] == "launch"
     budgets = sorted(t["config"]["max_num_batched_tokens"] for t in rec["trials"])
-    assert budgets == [4096, 8192]  # the rule of thumb and the default, each its own server
+    default_budget = rec["target"]["default_config"]["max_num_batched_tokens"]
+    # The rule of thumb and the default, each its own server (the command takes only the budget).
+    assert budgets == sorted({4096, default_budget})
+    assert rec["target"]["settable"] == ["max_num_batched_tokens"]
     # --repeats 0: nothing re-measured, so no server for the same-traffic check either.
     assert rec["default_at_recommended_rate"] is None
     assert len(list((run_dir / "server-logs").glob("server-*.log"))) == 2

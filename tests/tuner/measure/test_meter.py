@@ -1,0 +1,43 @@
+"""The meter against a simulated target: levels and capacity searches in simulated time."""
+
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import Outcome, RateSearchSettings
+from tuner.measure.verdict import VerdictRules
+
+SLO = parse_slo("tpot_p99=30ms")
+
+
+def meter(target, clock, duration_s=2.0):
+    requests = build_workload("mixed", num_requests=80, seed=0, vocab_size=4096).requests
+    settings = LevelSettings(duration_s=duration_s, min_requests=10)
+    return Meter(target, requests, SLO, settings, VerdictRules(require_schedule=False), clock)
+
+
+async def test_a_level_replays_its_prefix_and_times_itself_on_the_injected_clock(
+    sim_target, fake_clock
+):
+    await sim_target.apply({})  # the default: 2048 tokens, 6 req/s of capacity
+    m = meter(sim_target, fake_clock)
+    start = fake_clock()
+    run = await m.level(5.0)
+    assert len(run.records) == 10  # 5 req/s x 2 s of arrivals
+    assert run.level.wall_s == fake_clock() - start > 1.0  # simulated seconds only
+    assert run.level.passed
+    assert not (await m.level(12.0)).level.passed  # twice the capacity
+
+
+async def test_a_capacity_search_brackets_the_simulated_capacity(sim_target, fake_clock):
+    await sim_target.apply({"max_num_batched_tokens": 512})  # 12 req/s of capacity
+    result = await meter(sim_target, fake_clock).capacity(RateSearchSettings(4.0, rel_tol=0.1))
+    assert result.outcome is Outcome.CONVERGED
+    assert result.capacity_rps <= 12.0 * 1.05 < result.upper_bound_rps * 1.05
+    assert result.capacity_rps > 12.0 / 1.25
+
+
+async def test_no_level_starts_past_the_deadline_on_the_injected_clock(sim_target, fake_clock):
+    await sim_target.apply({})
+    deadline = fake_clock() + 1.0  # passes during the first level
+    result = await meter(sim_target, fake_clock).capacity(RateSearchSettings(1.0), deadline)
+    assert len(result.levels) == 1 and result.outcome is Outcome.RUNNING

@@ -1,0 +1,90 @@
+"""The default measured at the recommendation's rate, on the real engine, and how it is reported."""
+
+import pytest
+
+from engine_lite import EngineConfig
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.measure.judge import judge_runs
+from tuner.measure.meter import Meter
+from tuner.report.render import render_markdown
+from tuner.report.summary import same_rate_sentence
+from tuner.search.confirm import default_at_rate
+from tuner.store.codec import same_rate_json
+from tuner.store.records import Candidate, Mode, Role, rules_for
+from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles
+from tuner.targets.builtin import BuiltinTarget
+
+RATE = 8.0
+
+
+async def _same_rate(tmp_path, slo_text: str) -> dict:
+    slo = parse_slo(slo_text)
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    requests = build_workload("random", num_requests=8, input_len=64, output_len=8).requests
+    files = RunFiles(tmp_path)
+    files.ensure()
+    meter = Meter(target, requests, slo, rules=rules_for(Mode.CAPACITY, False))
+    chosen_knobs = {**target.knobs.defaults, "max_num_batched_tokens": 512}
+    try:
+        await target.apply(chosen_knobs)
+        run = await meter.level(RATE)
+        verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
+        chosen = Candidate(trial=3, role=Role.SEARCH, knobs=chosen_knobs, search_value=RATE,
+                           verdict=verdict, repeats=1,
+                           confirmed_rps=RATE if verdict.clears else 0.0)  # fmt: skip
+        same = await default_at_rate(meter, files, target.knobs.defaults, chosen)
+    finally:
+        await target.close()
+    return same_rate_json(same)
+
+
+async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
+    # No engine holds TPOT p99 under a microsecond: the default must miss, and say by how much.
+    same = await _same_rate(tmp_path, "tpot_p99=0.001ms,ttft_p99=60s")
+    assert same["rate_rps"] == RATE
+    d = same["default"]
+    assert d["meets_slo"] is False and d["kept_up"] is True
+    tpot = next(t for t in d["terms"] if t["metric"] == "tpot_p99")
+    assert tpot["value_ms"] > tpot["limit_ms"] and not tpot["clears"]
+    sentence = same_rate_sentence(same)
+    assert sentence.startswith(f"At the recommended {RATE:.2f} req/s the vLLM default misses")
+    assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms; its whole 95% interval" in sentence
+    assert "ttft_p99" not in sentence  # only the terms it missed
+    # The default's requests are kept, as every measured level's are.
+    assert len((tmp_path / SAME_RATE_RECORDS).read_text().splitlines()) == 8
+
+
+async def test_a_default_that_meets_says_so_and_the_report_shows_both(tmp_path):
+    same = await _same_rate(tmp_path, "tpot_p99=60s")
+    assert same["default"]["meets_slo"] and same["recommended"]["meets_slo"]
+    assert (
+        same_rate_sentence(same)
+        == f"At {RATE:.2f} req/s the vLLM default also meets the SLO (measured once)."
+    )
+    rec = {"slo": "tpot_p99=60s", "summary": "s", "feasible": True, "best": None, "default": None,
+           "objective": {"mode": "capacity", "definition": "d"}, "trials": [],
+           "default_at_recommended_rate": same}  # fmt: skip
+    md = render_markdown(rec, {})
+    assert "## Same traffic" in md
+    rows = [
+        line for line in md.splitlines() if line.startswith(("| recommended", "| vLLM default"))
+    ]
+    assert len(rows) == 2 and all(r.rstrip(" |").endswith("yes") for r in rows)
+
+
+@pytest.mark.parametrize("same", [None, {}])
+def test_no_measurement_no_sentence(same):
+    assert same_rate_sentence(same) is None
+
+
+def test_a_miss_the_interval_does_not_settle_is_stated_as_a_point_estimate():
+    term = {"term": "tpot_p99=30ms", "metric": "tpot_p99", "limit_ms": 30.0, "value_ms": 51.9,
+            "low_ms": 20.3, "high_ms": 164.1, "margin": -0.73, "clears": False}  # fmt: skip
+    same = {"rate_rps": 11.58,
+            "default": {"meets_slo": False, "kept_up": True, "served_fraction": 1.0,
+                        "error_rate": 0.0, "terms": [term]},
+            "recommended": {"meets_slo": True, "terms": [term]}}  # fmt: skip
+    sentence = same_rate_sentence(same)
+    assert "tpot_p99 51.9 ms (limit 30 ms; 95% interval 20.3-164.1 ms:" in sentence
+    assert "does not settle it" in sentence

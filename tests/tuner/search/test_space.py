@@ -1,0 +1,171 @@
+"""Search space: every suggested config is valid, known configs round-trip, bad flags explain."""
+
+import optuna
+import pytest
+from optuna.trial import FixedTrial
+
+from engine_lite import EngineConfig, Policy
+from tuner.errors import TuneError
+from tuner.search.space import (
+    Choices,
+    IntRange,
+    SpaceFacts,
+    build_space,
+    parse_fix,
+    parse_param,
+)
+from tuner.targets.knobs import KnobSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+DEFAULTS = EngineConfig().scheduler_knobs()
+ENGINE = KnobSpace(DEFAULTS, frozenset(DEFAULTS), "engine_lite's defaults")
+# A target with vLLM 0.32's knobs only: no partial-prefill limits, no policy.
+VLLM_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill",
+              "long_prefill_token_threshold")  # fmt: skip
+VLLM_LIKE = {k: DEFAULTS[k] for k in VLLM_KNOBS}
+FACTS = SpaceFacts(block_size=16, max_model_len=4096, longest_prompt=3000)
+
+
+def space(knob_space=ENGINE, **kw):
+    return build_space(knob_space, FACTS, **kw)
+
+
+def sampled_configs(sp, n=60):
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        out.append(sp.suggest(trial))
+        study.tell(trial, 0.0)
+    return out
+
+
+def test_default_space_covers_the_vllm_default_and_every_sample_is_a_valid_engine_config():
+    sp = space()
+    default = EngineConfig().scheduler_knobs()
+    assert sp.expressible(default)
+    for name, domain in sp.domains.items():  # the default lies inside every searched range
+        if isinstance(domain, IntRange):
+            assert domain.low <= default[name] <= domain.high
+    budgets = set()
+    for knobs in sampled_configs(sp):
+        cfg = EngineConfig(**knobs)  # raises on any invalid combination
+        assert cfg.max_num_batched_tokens % 16 == 0
+        assert 256 <= cfg.max_num_batched_tokens <= 16384
+        assert cfg.long_prefill_token_threshold <= cfg.max_num_batched_tokens
+        budgets.add(cfg.max_num_batched_tokens)
+    assert len(budgets) > 20  # a log-integer range, not a handful of values
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        EngineConfig().scheduler_knobs(),
+        {
+            **EngineConfig().scheduler_knobs(),
+            "max_num_batched_tokens": 1024,
+            "long_prefill_token_threshold": 256,
+            "max_num_partial_prefills": 3,
+            "max_long_partial_prefills": 2,
+            "policy": Policy.PREFILL_FIRST,
+        },
+    ],
+)
+def test_known_configs_round_trip_through_optuna_params(knobs):
+    sp = space()
+    assert sp.suggest(FixedTrial(sp.to_params(knobs))) == knobs
+
+
+def test_param_narrows_and_fix_pins():
+    sp = space(
+        params=dict(
+            [parse_param("max_num_batched_tokens=512..2048"), parse_param("policy=prefill_first")]
+        ),
+        fixed=dict([parse_fix("max_num_partial_prefills=2")]),
+    )
+    for knobs in sampled_configs(sp, 30):
+        assert 512 <= knobs["max_num_batched_tokens"] <= 2048
+        assert knobs["policy"] is Policy.PREFILL_FIRST
+        assert knobs["max_num_partial_prefills"] == 2
+    assert "max_num_partial_prefills" not in sp.domains
+
+
+def test_param_adds_max_num_seqs_and_budget_stays_above_it():
+    sp = space(params=dict([parse_param("max_num_seqs=32,512")]))
+    for knobs in sampled_configs(sp, 30):
+        assert knobs["max_num_batched_tokens"] >= knobs["max_num_seqs"]
+        EngineConfig(**knobs)
+
+
+def test_chunking_off_forces_a_budget_that_fits_the_longest_sequence():
+    sp = space(fixed={"enable_chunked_prefill": False})
+    for knobs in sampled_configs(sp, 20):
+        assert knobs["max_num_batched_tokens"] >= 4096
+        EngineConfig(**knobs).check_max_model_len(4096)
+
+
+def test_parse_forms():
+    assert parse_param("max_num_seqs=64..256") == ("max_num_seqs", IntRange(64, 256, log=True))
+    assert parse_param("policy=decode_first,prefill_first")[1] == Choices(
+        (Policy.DECODE_FIRST, Policy.PREFILL_FIRST)
+    )
+    assert parse_fix("enable_chunked_prefill=false") == ("enable_chunked_prefill", False)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("max_num_batchd_tokens=512", "unknown knob 'max_num_batchd_tokens'"),
+        ("policy=fastest", "policy='fastest' is invalid"),
+        ("max_num_seqs=lots", "max_num_seqs='lots' is invalid"),
+        ("max_num_seqs=256..64", "256 > 64"),
+        ("policy=a..b", "not an integer knob"),
+        ("max_num_seqs", "malformed"),
+    ],
+)
+def test_bad_flags_name_the_value_and_the_fix(text, named):
+    with pytest.raises(TuneError, match=named):
+        parse_param(text)
+
+
+def test_same_knob_searched_and_pinned_is_an_error():
+    with pytest.raises(TuneError, match="both searched"):
+        space(
+            params=dict([parse_param("policy=decode_first")]), fixed={"policy": Policy.DECODE_FIRST}
+        )
+
+
+def test_a_target_searches_only_the_knobs_it_has():
+    vllm = KnobSpace(VLLM_LIKE, frozenset(VLLM_LIKE), "vLLM 0.32's CPU row")
+    sp = space(vllm)
+    assert set(sp.domains) == {"max_num_batched_tokens", "long_prefill_token_threshold"}
+    for knobs in sampled_configs(sp, 20):
+        assert set(knobs) == set(VLLM_LIKE)
+        assert 0 <= knobs["long_prefill_token_threshold"] <= knobs["max_num_batched_tokens"]
+    assert sp.default_config() == VLLM_LIKE
+
+
+@pytest.mark.parametrize(
+    ("settable", "kw", "named"),
+    [
+        (frozenset(VLLM_LIKE), {"params": dict([parse_param("policy=prefill_first")])},
+         "--param policy: launched without it"),
+        (frozenset({"max_num_batched_tokens"}), {"fixed": {"max_num_seqs": 64}},
+         "--fix max_num_seqs: launched without it"),
+    ],
+)  # fmt: skip
+def test_a_knob_the_target_cannot_set_is_refused_in_one_line(settable, kw, named):
+    target = KnobSpace(VLLM_LIKE, settable & set(VLLM_LIKE), "x", refusal="launched without it")
+    with pytest.raises(TuneError, match=named):
+        space(target, **kw)
+
+
+def test_a_narrowed_integer_range_still_runs_the_default_but_excluded_choices_cannot():
+    sp = space(params=dict([parse_param("max_num_batched_tokens=512..2048")]))
+    default = EngineConfig().scheduler_knobs()
+    assert default["max_num_batched_tokens"] > sp.domains["max_num_batched_tokens"].high
+    assert sp.expressible(default)
+    with pytest.warns(UserWarning, match="out of the range"):
+        assert sp.suggest(FixedTrial(sp.to_params(default))) == default
+    only_prefill = space(params=dict([parse_param("policy=prefill_first")]))
+    assert not only_prefill.expressible(default)

@@ -1,0 +1,93 @@
+"""Study plumbing: the capacity pruner, storage URLs, and refusing to mix different studies."""
+
+import math
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.errors import TuneError
+from tuner.search.space import SpaceFacts, build_space
+from tuner.search.starting import Scenario, enqueue_starting_configs
+from tuner.search.study import CapacityPruner, SamplerName, make_sampler, open_study, storage_url
+from tuner.store.attrs import ROLE, role_attrs
+from tuner.store.records import Role
+from tuner.targets.knobs import KnobSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def study_with_best(best: float) -> optuna.Study:
+    study = optuna.create_study(direction="maximize", pruner=CapacityPruner())
+    trial = study.ask()
+    study.tell(trial, best)
+    return study
+
+
+def test_a_search_trial_that_fails_at_the_best_capacity_is_pruned_after_one_level():
+    study = study_with_best(5.0)
+    trial = study.ask()
+    trial.report(5.0, 0)  # failed at 5 req/s: capacity < 5, cannot beat the best
+    assert trial.should_prune()
+
+
+def test_a_trial_that_passed_or_is_still_above_the_best_goes_on():
+    study = study_with_best(5.0)
+    trial = study.ask()
+    trial.report(math.inf, 0)  # passed at 5: no upper bound yet
+    assert not trial.should_prune()
+    trial.report(7.5, 1)  # failed at 7.5, passed at 5: may still beat 5
+    assert not trial.should_prune()
+
+
+def test_reference_trials_are_never_pruned():
+    study = study_with_best(5.0)
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
+    trial = study.ask()
+    trial.report(1.0, 0)
+    assert not trial.should_prune()
+
+
+def test_nothing_is_pruned_before_a_trial_finished():
+    study = optuna.create_study(direction="maximize", pruner=CapacityPruner())
+    trial = study.ask()
+    trial.report(0.5, 0)
+    assert not trial.should_prune()
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def test_storage_forms(tmp_path):
+    assert storage_url(None, tmp_path).startswith("sqlite:///")
+    assert storage_url("postgresql://u@h/db", tmp_path) == "postgresql://u@h/db"
+    journal = storage_url(str(tmp_path / "study.journal"), tmp_path)
+    assert isinstance(journal, optuna.storages.JournalStorage)
+    with pytest.raises(TuneError, match="neither an RDB URL nor a journal file"):
+        storage_url("study.txt", tmp_path)
+
+
+def test_a_study_made_for_another_slo_is_refused(tmp_path):
+    storage = storage_url(None, tmp_path)
+    sampler = make_sampler(SamplerName.TPE, 0, 2)
+    open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=30ms"})
+    with pytest.raises(TuneError, match="slo='tpot_p99=30ms'"):
+        open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=50ms"})
+
+
+def test_budget_sweep_is_queued_unless_turned_off() -> None:
+    """`--no-budget-sweep` leaves the references alone in the queue (plain sampler baselines)."""
+    defaults = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "enable_chunked_prefill": True,
+                "long_prefill_token_threshold": 0, "policy": "decode_first"}  # fmt: skip
+    target = KnobSpace(defaults, frozenset(defaults), "vLLM's H100 row")
+    space = build_space(target, SpaceFacts(block_size=16, max_model_len=8192, longest_prompt=7168))
+
+    def queued(sweep: bool) -> list[tuple[str, int]]:
+        study = optuna.create_study(direction="maximize")
+        enqueue_starting_configs(study, space, Scenario.CHAT, sweep=sweep)
+        waiting = study.get_trials(states=(TrialState.WAITING,))
+        return [(t.user_attrs[ROLE], t.system_attrs["fixed_params"]["max_num_batched_tokens"])
+                for t in waiting]  # fmt: skip
+
+    with_sweep = queued(True)
+    assert with_sweep[:2] == [(Role.DEFAULT.value, 8192), (Role.RULE_OF_THUMB.value, 4096)]
+    assert [b for r, b in with_sweep if r == Role.SWEEP.value] == [256, 1024, 16384]
+    assert queued(False) == with_sweep[:2]

@@ -1,0 +1,82 @@
+"""A whole `run_tune` against a simulated target on a simulated clock: every phase, no sleeping."""
+
+import json
+
+import pytest
+
+import tuner.report.plots  # noqa: F401  loaded once here, not inside the timed tests
+from tuner.report.publish import report_main
+from tuner.run import run_tune
+from tuner.settings import TuneSettings
+
+BUDGET_S = 600.0
+
+
+def settings(tmp_path, **changes) -> TuneSettings:
+    # Short levels, few trials, one config confirmed, a journal file (the quickest storage):
+    # every phase runs, on little data.
+    base = {"slo": "tpot_p99=30ms", "num_requests": 40, "level_s": 1.0, "trials": 8,
+            "time_budget_s": BUDGET_S, "top_k": 1, "run_dir": str(tmp_path / "run"),
+            "storage": str(tmp_path / "study.journal")}  # fmt: skip
+    return TuneSettings(**{**base, **changes})
+
+
+async def test_a_whole_run_finds_the_budget_that_serves_the_most(tmp_path, sim_target, fake_clock):
+    start_s = fake_clock()
+    rec = await run_tune(settings(tmp_path), quiet=True, clock=fake_clock, target=sim_target)
+
+    # The config every comparison is against is the target's own default, and the report
+    # says where it comes from.
+    default, best = rec["default"], rec["best"]
+    assert default["config"] == sim_target.knobs.defaults
+    assert rec["target"]["default_source"] == "the simulated CPU row"
+    # The simulated optimum is a 512-token budget (12 req/s against the default's 6).
+    assert best["config"]["max_num_batched_tokens"] <= 1024 and best["confirmed"]
+    assert rec["ratio_vs_default"] > 1.3
+    # Knobs the target lacks are neither searched nor recommended.
+    assert set(best["config"]) == set(sim_target.knobs.defaults)
+    assert "partial" not in rec["flags"]["vllm"] and "policy" not in rec["search"]["space"]
+    # At the recommended rate the default misses: the same verdict the search gave it there.
+    same = rec["default_at_recommended_rate"]
+    assert same["rate_rps"] == best["rate_rps"] and not same["default"]["meets_slo"]
+    assert "at that rate the default misses the SLO (tpot_p99" in rec["summary"]
+    # A config that fails at the best capacity so far is pruned after that one level.
+    pruned = [t for t in rec["trials"] if t["state"] == "pruned"]
+    assert pruned and all(t["levels"] == 1 for t in pruned)
+    # All time was simulated time, and the run kept within its budget on that clock.
+    assert 0 < rec["search"]["elapsed_s"] == fake_clock() - start_s <= BUDGET_S
+    assert sim_target.closed
+
+
+async def test_a_short_budget_stops_the_search_and_still_reports(tmp_path, sim_target, fake_clock):
+    rec = await run_tune(settings(tmp_path, time_budget_s=150.0), quiet=True, clock=fake_clock,
+                         target=sim_target)  # fmt: skip
+    assert rec["search"]["stopped_by"] == "time budget"
+    assert rec["search"]["elapsed_s"] <= 150.0
+    # The references always run: the report needs their capacity.
+    assert {t["role"] for t in rec["trials"]} >= {"default", "rule_of_thumb"}
+    assert (tmp_path / "run" / "recommendation.html").exists()
+
+
+async def test_tune_report_rebuilds_the_same_recommendation(
+    tmp_path, sim_target, fake_clock, capsys
+):
+    rec = await run_tune(settings(tmp_path, trials=6), quiet=True, clock=fake_clock,
+                         target=sim_target)  # fmt: skip
+    assert report_main([str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == rec
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"params": ["max_num_partial_prefills=1..4"]}, "--param max_num_partial_prefills: "),
+        ({"fixed": ["policy=prefill_first"]}, "--fix policy: "),
+    ],
+)
+async def test_a_knob_the_target_lacks_is_refused(tmp_path, sim_target, fake_clock, changes, named):
+    from tuner.errors import TuneError
+
+    with pytest.raises(TuneError, match=named):
+        await run_tune(settings(tmp_path, **changes), quiet=True, clock=fake_clock,
+                       target=sim_target)  # fmt: skip

@@ -1,0 +1,1 @@
+"""`tune bench`: a CI regression gate over fixed configs of a suite."""

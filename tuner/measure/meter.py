@@ -1,0 +1,186 @@
+"""Measure a configured target: one load level (`LevelRecord`), or its capacity by a rate
+search. Shared by `tune` and `tune bench`; knows loadgen, slo and the target, not Optuna. Time
+is read on the injected clock only."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from loadgen import RequestRecord, RequestSpec, arrival_offsets
+from slo import SLO, Metric, RunMetrics, evaluate
+from tuner.measure.judge import Run, judge_report, served_fraction
+from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
+from tuner.measure.verdict import LevelVerdict, VerdictRules
+from tuner.targets.base import LevelReplay, ReplayPlan, ServerStats, Target
+
+Clock = Callable[[], float]
+# Seconds a level spends draining after its last arrival (the longest requests finishing).
+LEVEL_TAIL_S = 6.0
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSettings:
+    """How one load level replays the request list."""
+
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    seed: int = 0
+    replay: ReplayPlan = field(default_factory=ReplayPlan)
+    # Seconds of arrivals per level: a level at rate r replays the first ceil(r * duration_s)
+    # requests of the list (at least min_requests), so every level runs long enough to reach a
+    # steady state and a fast rate is not a burst in disguise. None replays the whole list.
+    duration_s: float | None = None
+    min_requests: int = 20
+
+    def requests_at(self, requests: Sequence[RequestSpec], rate_rps: float) -> list[RequestSpec]:
+        """The prefix of the request list a level at this rate replays."""
+        if self.duration_s is None or not math.isfinite(rate_rps):
+            return list(requests)
+        n = max(self.min_requests, math.ceil(rate_rps * self.duration_s))
+        return list(requests[:n])
+
+    def expected_s(self, requests: Sequence[RequestSpec], rate_rps: float) -> float:
+        """Expected wall time of one level at this rate: its arrivals plus the drain."""
+        return len(self.requests_at(requests, rate_rps)) / rate_rps + LEVEL_TAIL_S
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyFigures:
+    """p50 and p99 of each latency metric over one level, in seconds (slo's percentiles)."""
+
+    ttft_p50_s: float = math.nan
+    ttft_p99_s: float = math.nan
+    tpot_p50_s: float = math.nan
+    tpot_p99_s: float = math.nan
+    itl_p50_s: float = math.nan
+    itl_p99_s: float = math.nan
+    e2el_p50_s: float = math.nan
+    e2el_p99_s: float = math.nan
+
+    @classmethod
+    def of(cls, metrics: RunMetrics) -> LatencyFigures:
+        values = {}
+        for metric in Metric:
+            summary = metrics.summary(metric)
+            values[f"{metric.value}_p50_s"] = float(summary.median_s)
+            values[f"{metric.value}_p99_s"] = float(summary.p99_s)
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelRecord:
+    """What one level measured, without its per-request records: what a trial keeps."""
+
+    verdict: LevelVerdict
+    goodput_rps: float  # vLLM's request_goodput
+    request_throughput_rps: float
+    latency: LatencyFigures
+    wall_s: float
+    max_loop_lag_s: float
+    server: ServerStats
+
+    @property
+    def rate_rps(self) -> float:
+        return self.verdict.rate_rps
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+
+@dataclass(slots=True)
+class LevelRun:
+    """A measured level with its per-request records."""
+
+    level: LevelRecord
+    records: list[RequestRecord] = field(repr=False)
+
+    def run(self) -> Run:
+        return Run(self.level.rate_rps, self.records, self.level.verdict.schedule_ok)
+
+
+def judge_replay(
+    replay: LevelReplay, rate_rps: float, slo: SLO, rules: VerdictRules, wall_s: float
+) -> LevelRun:
+    """A level's record and verdict from what the target returned."""
+    records = list(replay.result.records)
+    report = evaluate(records, slo)
+    served = served_fraction(records)
+    verdict = judge_report(report, rate_rps, served, bool(replay.result.schedule_ok), rules)
+    level = LevelRecord(
+        verdict=verdict,
+        goodput_rps=float(report.goodput_rps),
+        request_throughput_rps=float(report.metrics.request_throughput),
+        latency=LatencyFigures.of(report.metrics),
+        wall_s=wall_s,
+        max_loop_lag_s=float(replay.result.max_loop_lag_s),
+        server=replay.server,
+    )
+    return LevelRun(level, records)
+
+
+@dataclass(slots=True)
+class CapacityResult:
+    """The outcome of a rate search for one config."""
+
+    capacity_rps: float
+    upper_bound_rps: float
+    outcome: Outcome
+    levels: list[LevelRun]
+    wall_s: float
+
+
+@dataclass(slots=True)
+class Meter:
+    """Replays one request list against one target and judges each level by one SLO."""
+
+    target: Target
+    requests: Sequence[RequestSpec]
+    slo: SLO
+    settings: LevelSettings = field(default_factory=LevelSettings)
+    rules: VerdictRules = field(default_factory=VerdictRules)
+    clock: Clock = time.monotonic
+
+    async def level(self, rate_rps: float) -> LevelRun:
+        """Replay the prefix of the list this rate takes, at this rate, and judge it."""
+        s = self.settings
+        requests = s.requests_at(self.requests, rate_rps)
+        offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests), seed=s.seed,
+                                  burstiness=s.burstiness)  # fmt: skip
+        start_s = self.clock()
+        replay = await self.target.replay(requests, offsets, s.replay)
+        return judge_replay(replay, rate_rps, self.slo, self.rules, self.clock() - start_s)
+
+    async def search_levels(
+        self, search: RateSearch, deadline_s: float | None = None
+    ) -> AsyncIterator[LevelRun]:
+        """Measure the levels `search` asks for, recording each verdict in it, until it ends
+        or a new level would start past `deadline_s`; the caller may stop early."""
+        measured = 0
+        while (rate := search.next_rate()) is not None:
+            if deadline_s is not None and measured and self.clock() >= deadline_s:
+                return
+            run = await self.level(rate)
+            measured += 1
+            search.record(rate, run.level.passed)
+            yield run
+
+    async def capacity(
+        self, search: RateSearchSettings, deadline_s: float | None = None
+    ) -> CapacityResult:
+        """Capacity of the configured target: measure levels until the rate search ends."""
+        state = RateSearch(search)
+        start_s = self.clock()
+        levels = [run async for run in self.search_levels(state, deadline_s)]
+        return CapacityResult(state.capacity_rps, state.upper_bound_rps, state.outcome, levels,
+                              self.clock() - start_s)  # fmt: skip
+
+    def expected_level_s(self, rate_rps: float) -> float:
+        return self.settings.expected_s(self.requests, rate_rps)

@@ -1,0 +1,116 @@
+"""Write a run's report from its folder and study (the trials table, the recommendation JSON,
+its figures, Markdown and HTML): `tune` ends here, and `tune report RUN_DIR` rebuilds it, with
+the intervals from the records on disk when the run ended before its confirmation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.errors import TuneError
+from tuner.report.plots import importance, report_figures
+from tuner.report.recommendation import build_recommendation
+from tuner.report.render import write_reports
+from tuner.report.summary import print_summary
+from tuner.search.confirm import build_candidate, candidate_rate, choose
+from tuner.search.study import storage_url, top_trials
+from tuner.store.codec import confirmation_json
+from tuner.store.records import Confirmation, Role
+from tuner.store.runfiles import (
+    CONFIRMATION_FILE,
+    DEFAULT_RECORDS,
+    RECOMMENDED_RECORDS,
+    RUN_FILE,
+    RunFiles,
+    RunView,
+    write_trials_table,
+)
+
+REBUILT = "rebuilt from records (the run ended before its confirmation)"
+
+
+def publish(files: RunFiles, study: optuna.Study) -> dict[str, Any]:
+    """Every report file of the run, from what is on disk (confirmation.json included);
+    returns the recommendation JSON."""
+    view = RunView.read(files, study)
+    conf = view.confirmation()
+    if conf is None:
+        raise TuneError(f"{files.root} has no {CONFIRMATION_FILE}; run `tune report` on it")
+    write_trials_table(view.trials, files)
+    _keep_records(view, conf)
+    rec = build_recommendation(view, conf)
+    if imp := importance(study):
+        rec["importance"] = imp
+    write_reports(rec, report_figures(rec, view.trials), files)
+    return rec
+
+
+def _keep_records(view: RunView, conf: Confirmation) -> None:
+    """The recommended config's requests at its confirmed rate, and the default's at its
+    capacity (its first level if it never passed), beside the report."""
+    files = view.files
+    if (chosen := conf.chosen) is not None:
+        trial, rate = view.trial(chosen.trial), chosen.verdict.rate_rps
+        runs = files.search_runs(trial) + files.confirm_runs(trial.number)
+        records = [r for run in runs if run.rate_rps == rate for r in run.records]
+        files.write_records(files.root / RECOMMENDED_RECORDS, records)
+    default = view.with_role(Role.DEFAULT)
+    if default is not None and default.state is TrialState.COMPLETE and default.levels:
+        rates = [level.rate_rps for level in default.levels]
+        index = rates.index(default.capacity_rps) if default.capacity_rps in rates else 0
+        records = files.read_records(files.level_path(default.number, index))
+        if records is not None:
+            files.write_records(files.root / DEFAULT_RECORDS, records)
+
+
+def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study]:
+    """A run folder and its study (wherever its storage is)."""
+    files = RunFiles(run_dir)
+    info = files.read_json(RUN_FILE)
+    if not isinstance(info, dict) or "settings" not in info:
+        raise TuneError(f"{run_dir} has no {RUN_FILE}; pass the folder a tune run wrote")
+    storage = storage_url(info["settings"].get("storage"), files.root)
+    try:
+        study = optuna.load_study(study_name=info["study_name"], storage=storage)
+    except KeyError:
+        raise TuneError(f"study {info['study_name']!r} is not in {storage}") from None
+    return files, study
+
+
+def rebuild_confirmation(view: RunView) -> Confirmation:
+    """Intervals from the records on disk, for a run that ended before its confirmation."""
+    settings = view.settings
+    rate = settings.get("rate_rps")
+    candidates = []
+    for frozen in top_trials(view.study, settings.get("top_k", 3), view.mode):
+        trial = view.trial(frozen.number)
+        runs = view.files.search_runs(trial) + view.files.confirm_runs(trial.number)
+        if runs:
+            candidates.append(build_candidate(
+                trial, runs, candidate_rate(trial, view.mode, rate), 0, view.slo, view.rules,
+                view.mode, settings.get("seed", 0),
+            ))  # fmt: skip
+    chosen = choose(candidates)
+    return Confirmation(candidates, chosen.trial if chosen else None, None, REBUILT, None)
+
+
+def report_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tune report", description=__doc__)
+    parser.add_argument("run_dir", help="a folder written by tune")
+    parser.add_argument("--json", action="store_true", help="print the recommendation JSON")
+    args = parser.parse_args(argv)
+    files, study = open_run(Path(args.run_dir))
+    if files.read_json(CONFIRMATION_FILE) is None:
+        conf = rebuild_confirmation(RunView.read(files, study))
+        files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    rec = publish(files, study)
+    if args.json:
+        print(json.dumps(rec, indent=2))
+    else:
+        print_summary(rec)
+    return 0

@@ -1,0 +1,153 @@
+"""The recommendation JSON: what to run, how much it serves, against the default and the table.
+
+Built from a `RunView` (typed trial records and the confirmation), never from Optuna attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from optuna.trial import TrialState
+
+from tuner.report.summary import flag_notes, sglang_flags, summary_line, vllm_flags
+from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario
+from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
+from tuner.store.records import Candidate, Confirmation, Mode, Role, TrialRecord
+from tuner.store.runfiles import RunView
+from tuner.targets.knobs import knobs_to_json
+
+CAPACITY_DEFINITION = (
+    "goodput (max req/s within SLO): the highest Poisson arrival rate of this workload at "
+    "which every SLO term holds and under 1% of requests fail (DistServe, OSDI'24)"
+)
+GOODPUT_DEFINITION = (
+    "goodput at the fixed rate: requests meeting every per-request SLO bound per second "
+    "(vllm bench serve's request_goodput), with each SLO term as a constraint"
+)
+DEFINITIONS = {Mode.CAPACITY: CAPACITY_DEFINITION, Mode.GOODPUT: GOODPUT_DEFINITION}
+
+
+def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
+    """The recommendation JSON from the run's records and its confirmation."""
+    info, finished = view.info, view.finished
+    candidates = {c.trial: c for c in conf.candidates}
+    chosen = conf.chosen
+    best = config_entry(view.trial(chosen.trial), chosen) if chosen else None
+    feasible = best is not None and best["capacity_rps"] > 0
+    default, thumb = _references(view, candidates, info)
+    rec: dict[str, Any] = {
+        "slo": info.get("slo"),
+        "objective": {"mode": view.mode.value, "rate_rps": info.get("rate_rps"),
+                      "definition": DEFINITIONS[view.mode]},
+        "workload": info.get("workload", {}),
+        "target": info.get("target", {}),
+        "environment": info.get("environment", {}),
+        "feasible": feasible,
+        "best": best if feasible else None,
+        "default": default,
+        "rule_of_thumb": thumb,
+        "ratio_vs_default": _ratio(best, default) if feasible else None,
+        "ratio_vs_rule_of_thumb": _ratio(best, thumb) if feasible else None,
+        "default_at_recommended_rate": same_rate_json(conf.same_rate),
+        "flags": _flags(best["config"]) if best and feasible else None,
+        "closest": None if feasible else _closest(finished),
+        "top": sorted((candidate_json(c) for c in conf.candidates),
+                      key=lambda c: -(c["confirmed_rps"] or 0)),
+        "trials": [_trial_row(t) for t in finished],
+        "search": _search(view, conf),
+        "run_dir": str(view.files.root),
+    }  # fmt: skip
+    rec["summary"] = summary_line(rec)
+    return clean_json(rec)
+
+
+def _references(
+    view: RunView, candidates: dict[int, Candidate], info: dict[str, Any]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The default's and the rule of thumb's entries (the default stands in for a rule of
+    thumb that equals it)."""
+    default = view.with_role(Role.DEFAULT)
+    thumb = view.with_role(Role.RULE_OF_THUMB) or default
+    default_entry = config_entry(default, candidates.get(default.number)) if default else None
+    if thumb is None:
+        return default_entry, None
+    scenario = Scenario(info.get("scenario", Scenario.CHAT.value))
+    thumb_entry = config_entry(thumb, candidates.get(thumb.number))
+    thumb_entry.update(scenario=scenario.value, table=RULE_OF_THUMB_TEXT[scenario],
+                       same_as_default=thumb is default)  # fmt: skip
+    return default_entry, thumb_entry
+
+
+def config_entry(trial: TrialRecord, candidate: Candidate | None) -> dict[str, Any]:
+    """One config's capacity and terms: confirmed figures when it was re-measured."""
+    value = float(trial.value or 0.0) if trial.state is TrialState.COMPLETE else 0.0
+    level = trial.level_at(trial.capacity_rps) or (trial.levels[0] if trial.levels else None)
+    verdict = candidate.verdict if candidate else (level.verdict if level else None)
+    binding = verdict.binding if verdict else None
+    entry: dict[str, Any] = {
+        "trial": trial.number, "role": trial.role.value, "config": knobs_to_json(trial.knobs),
+        "capacity_rps": value, "search_capacity_rps": value, "confirmed": False,
+        "limited_by": limited_by(trial), "rate_rps": verdict.rate_rps if verdict else None,
+        "terms": [term_json(t) for t in verdict.terms] if verdict else [],
+        "binding": binding.name if binding else None,
+    }  # fmt: skip
+    if candidate is not None:
+        entry.update(capacity_rps=candidate.confirmed_rps if candidate.clears else value,
+                     confirmed=candidate.clears, repeats=candidate.repeats,
+                     capacity_ci=candidate_json(candidate)["capacity_ci"],
+                     goodput_ci=candidate_json(candidate)["goodput_ci"])  # fmt: skip
+    return entry
+
+
+def limited_by(trial: TrialRecord) -> str:
+    """What failed at the lowest failing rate above the capacity, in words."""
+    capacity = trial.capacity_rps or 0.0
+    failing = [lv for lv in trial.levels if not lv.passed and lv.rate_rps > capacity]
+    if not failing:
+        return "not reached: the search stopped before any rate failed"
+    return min(failing, key=lambda lv: lv.rate_rps).verdict.reason()
+
+
+def _ratio(best: dict[str, Any] | None, other: dict[str, Any] | None) -> float | None:
+    if not best or not other or not other.get("capacity_rps"):
+        return None
+    return best["capacity_rps"] / other["capacity_rps"]
+
+
+def _flags(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {"vllm": vllm_flags(knobs), "sglang": sglang_flags(knobs), "notes": flag_notes(knobs)}
+
+
+def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:
+    """The level that came nearest to meeting the SLO (its binding term's largest margin)."""
+    levels = [(t, lv, lv.verdict.binding) for t in trials for lv in t.levels]
+    scored = [x for x in levels if x[2] is not None and math.isfinite(x[2].margin_frac)]
+    if not scored:
+        return None
+    trial, level, term = max(scored, key=lambda x: x[2].margin_frac)  # type: ignore[union-attr]
+    return {"trial": trial.number, "config": knobs_to_json(trial.knobs),
+            "rate_rps": level.rate_rps, **term_json(term)}  # fmt: skip
+
+
+def _trial_row(t: TrialRecord) -> dict[str, Any]:
+    complete = t.state is TrialState.COMPLETE
+    return {
+        "trial": t.number, "role": t.role.value, "state": t.state.name.lower(),
+        "config": knobs_to_json(t.knobs), "capacity_rps": t.capacity_rps,
+        "upper_bound_rps": t.upper_bound_rps, "value": t.value if complete else None,
+        "feasible": t.feasible, "outcome": t.ending.value if t.ending else None,
+        "levels": len(t.levels), "measurement_s": t.measurement_s,
+    }  # fmt: skip
+
+
+def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:
+    finished = view.finished
+    return {
+        "sampler": view.settings.get("sampler"), "trials_finished": len(finished),
+        "trials_pruned": sum(t.state is TrialState.PRUNED for t in finished),
+        "levels_measured": sum(len(t.levels) for t in view.trials),
+        "measurement_s": sum(t.measurement_s for t in view.trials),
+        "stopped_by": conf.stopped_by, "elapsed_s": conf.elapsed_s,
+        "space": view.info.get("space", {}), "fixed": view.info.get("fixed", {}),
+    }  # fmt: skip

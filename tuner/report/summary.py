@@ -1,0 +1,185 @@
+"""The words of a report: the summary line, the same-traffic sentence, the console end, and the
+vLLM / SGLang flags (only for knobs the config has). They read the recommendation JSON, so the
+Markdown, the HTML and the console say the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_lite import Policy
+from tuner.targets.knobs import KNOBS
+
+
+def short_config(config: dict[str, Any]) -> str:
+    """`budget=2048 threshold=512 ...`: every knob under its short label."""
+    parts = []
+    for name, value in config.items():
+        label = KNOBS[name].label if name in KNOBS else name
+        parts.append(f"{label}={getattr(value, 'value', value)}")
+    return " ".join(parts)
+
+
+def summary_line(rec: dict[str, Any]) -> str:
+    """The one sentence a reader needs."""
+    slo = rec["slo"]
+    if not rec["feasible"]:
+        c = rec.get("closest")
+        if not c:
+            return f"no config meets {slo}; nothing finished a load level"
+        return (
+            f"no config meets {slo}; the closest is trial {c['trial'] + 1} "
+            f"({short_config(c['config'])}) with {c['metric']} {c['value_ms']:.1f} ms "
+            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s"
+        )
+    best = rec["best"]
+    unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
+    text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
+    ratio, default = rec.get("ratio_vs_default"), rec.get("default")
+    if ratio is not None:
+        text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
+    elif default is not None:
+        text += f"; the vLLM default meets {slo} at no measured rate"
+    same = rec.get("default_at_recommended_rate")
+    if same and not same["default"]["meets_slo"]:
+        misses = missed_terms(same["default"])
+        what = "it falls behind"
+        if misses:
+            what = f"{misses[0]['metric']} {_ms(misses[0]['value_ms'])}"
+        interval = unsettled_interval(misses[0]) if misses else None
+        if interval:
+            what += f", {interval}"
+        text += f"; at that rate the default misses the SLO ({what})"
+    return text
+
+
+def missed_terms(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SLO terms one config's point estimate broke at that rate."""
+    return [t for t in config["terms"] if t["value_ms"] is None or t["value_ms"] > t["limit_ms"]]
+
+
+def unsettled_interval(t: dict[str, Any]) -> str | None:
+    """'95% interval 20.3-164.1 ms' when a missed term's interval reaches below its limit, None
+    when the whole interval lies above it. One level of ~100 requests pins a p99 loosely, so
+    such a miss is a point estimate, not a settled fact."""
+    if t["low_ms"] is None or t["low_ms"] > t["limit_ms"]:
+        return None
+    return f"95% interval {t['low_ms']:.1f}-{t['high_ms']:.1f} ms"
+
+
+def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
+    """'At the recommended 15.6 req/s the vLLM default misses the SLO: tpot_p99 41.2 ms ...'."""
+    if not same:
+        return None
+    rate, d = same["rate_rps"], same["default"]
+    if d["meets_slo"]:
+        return f"At {rate:.2f} req/s the vLLM default also meets the SLO (measured once)."
+    parts = [f"{t['metric']} {_ms(t['value_ms'])} (limit {t['limit_ms']:g} ms; {_certainty(t)})"
+             for t in missed_terms(d)]  # fmt: skip
+    if not d["kept_up"]:
+        parts.append(f"it completed only {d['served_fraction']:.0%} of the offered rate")
+    if d["error_rate"] > 0:
+        parts.append(f"{d['error_rate']:.1%} of requests failed")
+    why = "; ".join(parts) or "it did not hold the SLO"
+    return f"At the recommended {rate:.2f} req/s the vLLM default misses the SLO: {why}."
+
+
+def _ms(value_ms: float | None) -> str:
+    return "without a successful request" if value_ms is None else f"{value_ms:.1f} ms"
+
+
+def _certainty(t: dict[str, Any]) -> str:
+    interval = unsettled_interval(t)
+    if interval is None:
+        return "its whole 95% interval lies above"
+    return f"{interval}: one level does not settle it"
+
+
+def bought_line(rec: dict[str, Any]) -> str | None:
+    """What measuring bought over the table's value, when both were measured."""
+    thumb, ratio = rec.get("rule_of_thumb"), rec.get("ratio_vs_rule_of_thumb")
+    if not thumb or ratio is None:
+        return None
+    same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
+    return (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} req/s"
+            f"{same}; the measured config serves {ratio:.2f}x that. What stops the "
+            f"recommended config going faster: {rec['best']['limited_by']}.")  # fmt: skip
+
+
+def print_summary(rec: dict[str, Any]) -> None:
+    """The end of a run, for a person: the sentence, the flags, where the files are."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"\n[bold]{rec['summary']}[/bold]")
+    if rec.get("flags"):
+        console.print(f"  vLLM:   {rec['flags']['vllm']}", soft_wrap=True)
+        console.print(f"  SGLang: {rec['flags']['sglang']}", soft_wrap=True)
+        for note in rec["flags"]["notes"]:
+            console.print(f"  note: {note}", soft_wrap=True)
+    if rec.get("best"):
+        console.print(f"  limited by: {rec['best']['limited_by']}", soft_wrap=True)
+    thumb = rec.get("rule_of_thumb")
+    if thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
+        console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "
+                      f"measured config is {rec['ratio_vs_rule_of_thumb']:.2f}x")  # fmt: skip
+    console.print(f"  report: {rec['run_dir']}/recommendation.html (also .md, .json)")
+
+
+_CHUNKED = "enable_chunked_prefill"
+
+
+def _flag(name: str, value: Any) -> str:
+    return f"{KNOBS[name].vllm_flag} {value}"
+
+
+def vllm_flags(knobs: dict[str, Any]) -> str:
+    """`vllm serve` flags (vllm/engine/arg_utils.py names for SchedulerConfig fields)."""
+    parts = [_flag(n, knobs[n]) for n in ("max_num_batched_tokens", "max_num_seqs") if n in knobs]
+    if _CHUNKED in knobs:
+        chunk_flag = str(KNOBS[_CHUNKED].vllm_flag)
+        parts.append(chunk_flag if knobs[_CHUNKED] else "--no-" + chunk_flag.removeprefix("--"))
+    if not knobs.get(_CHUNKED, True):
+        return " ".join(parts)
+    if knobs.get("long_prefill_token_threshold"):
+        parts.append(_flag("long_prefill_token_threshold", knobs["long_prefill_token_threshold"]))
+    if knobs.get("long_prefill_token_threshold_adaptive"):
+        parts.append(str(KNOBS["long_prefill_token_threshold_adaptive"].vllm_flag))
+    if knobs.get("max_num_partial_prefills", 1) > 1:
+        parts.append(_flag("max_num_partial_prefills", knobs["max_num_partial_prefills"]))
+        parts.append(_flag("max_long_partial_prefills", knobs["max_long_partial_prefills"]))
+    return " ".join(parts)
+
+
+def sglang_flags(knobs: dict[str, Any]) -> str:
+    """`python -m sglang.launch_server` flags (sglang/srt/server_args.py).
+
+    SGLang caps each prefill chunk with --chunked-prefill-size and the prefill batch with
+    --max-prefill-tokens; --enable-mixed-chunk lets running decodes ride in the same batch as a
+    prefill chunk, which is what decode_first (Sarathi's stall-free batching) means.
+    """
+    budget, chunked = knobs["max_num_batched_tokens"], knobs.get(_CHUNKED, True)
+    chunk = (knobs.get("long_prefill_token_threshold") or budget) if chunked else -1
+    parts = [f"--chunked-prefill-size {chunk}", f"--max-prefill-tokens {budget}"]
+    if "max_num_seqs" in knobs:
+        parts.append(f"--max-running-requests {knobs['max_num_seqs']}")
+    if chunked and _policy(knobs) is Policy.DECODE_FIRST:
+        parts.append("--enable-mixed-chunk")
+    return " ".join(parts)
+
+
+def flag_notes(knobs: dict[str, Any]) -> list[str]:
+    """What the flags cannot say, so nobody pastes them believing they carry everything."""
+    notes = []
+    if _policy(knobs) is Policy.PREFILL_FIRST:
+        notes.append(
+            "policy=prefill_first has no vLLM flag: vLLM always schedules running decodes "
+            "first; SGLang without --enable-mixed-chunk runs prefill batches first"
+        )
+    if knobs.get("max_num_partial_prefills", 1) > 1:
+        notes.append("SGLang has no equivalent of --max-num-partial-prefills")
+    return notes
+
+
+def _policy(knobs: dict[str, Any]) -> Policy:
+    # Without a policy knob the server is vLLM V1's: running requests (decodes) first.
+    return Policy(knobs.get("policy", Policy.DECODE_FIRST))

@@ -1,0 +1,129 @@
+"""After the search: re-measure the top configs, and the default at the recommended rate.
+
+A searched capacity is where the SLO only just held, and the luckiest of several noisy configs
+tends to win; so the top few are measured again, their runs pooled, and each term gets a
+bootstrap interval. The default measured once more at the recommended rate answers the plainer
+question: at that traffic, would the default have met the SLO?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slo import SLO
+from tuner.measure.bootstrap import goodput_interval
+from tuner.measure.judge import Run, capacity_interval, confirmed_capacity, judge_runs
+from tuner.measure.meter import Meter
+from tuner.measure.verdict import VerdictRules
+from tuner.store.records import Candidate, Mode, SameRateCheck, TrialRecord
+from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles
+
+
+@dataclass(slots=True)
+class Confirmer:
+    """Re-measures candidates with the meter the search used."""
+
+    meter: Meter
+    files: RunFiles
+    mode: Mode
+    rate_rps: float | None = None  # --rate mode
+    seed: int = 0
+    step_factor: float = 1.1  # the rate search's tolerance
+    max_steps_down: int = 2
+
+    async def confirm(
+        self, trial: TrialRecord, repeats: int, deadline_s: float | None = None
+    ) -> Candidate:
+        """Repeat the trial's capacity (or --rate) level and build its intervals.
+
+        A capacity sits where the SLO only just held, so a repeat there fails about half the
+        time; then the rate steps down by the search's tolerance (at most `max_steps_down`
+        times) until the pooled intervals clear, rather than calling the config unusable.
+        """
+        runs = self.files.search_runs(trial)
+        rate = candidate_rate(trial, self.mode, self.rate_rps)
+        measured = 0
+
+        async def measure(at_rps: float) -> bool:
+            nonlocal measured
+            if repeats == 0 or (deadline_s is not None and self.meter.clock() >= deadline_s):
+                return False
+            if measured == 0:
+                await self.meter.target.apply(trial.knobs)
+            run = await self.meter.level(at_rps)
+            measured += 1
+            self.files.write_confirm_run(trial.number, measured, run)
+            runs.append(run.run())
+            return True
+
+        def candidate() -> Candidate:
+            slo, rules = self.meter.slo, self.meter.rules
+            return build_candidate(trial, runs, rate, measured, slo, rules, self.mode, self.seed)
+
+        for _ in range(repeats):
+            await measure(rate)
+        cand, probe = candidate(), rate
+        for _ in range(self.max_steps_down if self.mode is Mode.CAPACITY else 0):
+            if cand.clears or not await measure(probe := probe / self.step_factor):
+                break
+            cand = candidate()
+        return cand
+
+
+def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> float:
+    """Where a candidate is re-measured: its capacity, or the --rate."""
+    if mode is Mode.GOODPUT:
+        assert rate_rps is not None
+        return rate_rps
+    return float(trial.capacity_rps or trial.value or 0.0)
+
+
+def build_candidate(
+    trial: TrialRecord, runs: Sequence[Run], rate: float, repeats: int, slo: SLO,
+    rules: VerdictRules, mode: Mode, seed: int = 0,
+) -> Candidate:  # fmt: skip
+    """A candidate from measured runs (no new measurement): its terms are those at the
+    confirmed rate, or at `rate` when nothing clears."""
+    confirmed, verdicts = confirmed_capacity(runs, slo, rules, seed)
+    at = confirmed or rate
+    verdict = verdicts.get(at)
+    if verdict is None or not verdict.passed:  # every term the report shows has its interval
+        verdict = judge_runs([r for r in runs if r.rate_rps == at], slo, rules, at, seed)
+    cand = Candidate(trial.number, trial.role, trial.knobs, float(trial.value or 0.0), verdict,
+                     repeats, confirmed)  # fmt: skip
+    if mode is Mode.GOODPUT:
+        records = [r for run in runs if run.rate_rps == at for r in run.records]
+        cand.goodput_ci = goodput_interval(records, slo, seed=seed)
+    else:
+        cand.capacity_ci = capacity_interval(runs, slo, rules, seed=seed)
+    return cand
+
+
+def choose(candidates: list[Candidate]) -> Candidate | None:
+    """The best config whose interval clears; else the best point estimate (or None)."""
+    clearing = [c for c in candidates if c.clears]
+    if clearing:
+        return max(clearing, key=lambda c: (c.confirmed_rps, c.search_value))
+    return max(candidates, key=lambda c: c.search_value, default=None)
+
+
+def worth_checking(
+    mode: Mode, chosen: Candidate | None, default: TrialRecord | None, repeats: int
+) -> bool:
+    """Only in capacity mode, for a confirmed recommendation that is not the default itself,
+    and not with --repeats 0 (which asks for no re-measurement at all)."""
+    if mode is not Mode.CAPACITY or chosen is None or not chosen.clears or repeats == 0:
+        return False
+    return default is not None and default.knobs != chosen.knobs
+
+
+async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, chosen: Candidate,
+                          seed: int = 0) -> SameRateCheck:  # fmt: skip
+    """Measure the default once at the recommendation's confirmed rate."""
+    rate = chosen.verdict.rate_rps
+    await meter.target.apply(default_knobs)
+    run = await meter.level(rate)
+    files.write_records(files.root / SAME_RATE_RECORDS, run.records)
+    default = judge_runs([run.run()], meter.slo, meter.rules, rate, seed)
+    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats)

@@ -1,0 +1,138 @@
+"""The search loop: ask Optuna for trials until `--trials` or the time budget says stop."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.errors import TuneError
+from tuner.measure.meter import Clock, Meter
+from tuner.search.study import best_trial, finished_trials, top_trials
+from tuner.search.trial import TrialRunner
+from tuner.store import attrs
+from tuner.store.records import Mode
+
+# Time kept back at the end for writing the trials table, records and reports.
+REPORT_RESERVE_S = 15.0
+# Consecutive trials that raise before the run gives up (a broken --launch command, say).
+MAX_FAILED_IN_A_ROW = 3
+
+
+@dataclass
+class Budget:
+    """Wall-clock budget of a run, on an injectable clock so tests need no sleeps."""
+
+    total_s: float
+    clock: Clock = time.monotonic
+    start_s: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.start_s = self.clock()
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.total_s
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start_s
+
+    def level_deadline_s(self, level_s: float) -> float:
+        """The latest moment a level this long may start and end before the report's time."""
+        return self.end_s - REPORT_RESERVE_S - level_s
+
+    def fits(self, seconds: float) -> bool:
+        return self.clock() <= self.level_deadline_s(seconds)
+
+
+@dataclass(slots=True)
+class ConfirmPlan:
+    """The time the confirmation phase will need, given the study's current top configs."""
+
+    meter: Meter
+    mode: Mode
+    top_k: int
+    repeats: int
+    rate_rps: float | None = None  # --rate mode
+
+    def reserve_s(self, study: optuna.Study) -> float:
+        """The repeats of each top config (and one step down each in capacity mode), and one
+        level of the default at the best config's rate."""
+        if self.repeats == 0:
+            return REPORT_RESERVE_S
+        capacity = self.mode is Mode.CAPACITY
+        levels = self.repeats + (1 if capacity else 0)
+        rates = [self.rate_rps or t.value or 1.0 for t in top_trials(study, self.top_k, self.mode)]
+        level_s = self.meter.expected_level_s
+        same_rate_s = level_s(max(rates)) if rates and capacity else 0.0
+        return REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
+
+
+@dataclass
+class SearchLog:
+    """What this process measured during the search."""
+
+    durations_s: list[float] = field(default_factory=list)
+    stopped_by: str = ""
+
+    def estimate_trial_s(self, fallback_s: float) -> float:
+        """Median duration of this run's search trials so far (the references run longer)."""
+        return statistics.median(self.durations_s) if self.durations_s else fallback_s
+
+
+async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget,
+                     plan: ConfirmPlan, first_trial_guess_s: float) -> SearchLog:  # fmt: skip
+    """Run trials until the study holds `trials` finished ones or the budget runs out.
+
+    A new trial starts only if its expected duration fits before the time kept for the
+    confirmation and the report; the reference configs always run, since the report needs
+    them. A space with nothing to search stops after the references.
+    """
+    log, failed_in_a_row = SearchLog(), 0
+    while not (stop := _stop_reason(study, runner, trials, budget, plan, log, first_trial_guess_s)):
+        trial = study.ask()
+        started = budget.clock()
+        try:
+            record = await runner.run(study, trial, deadline_s=budget.end_s - plan.reserve_s(study))
+        except Exception as exc:
+            if isinstance(exc, TuneError) and best_trial(study) is None:
+                raise  # nothing has ever worked: a broken setup, not a bad config
+            failed_in_a_row += 1
+            runner.progress.line(f"trial {trial.number + 1} failed: {exc}")
+            if failed_in_a_row >= MAX_FAILED_IN_A_ROW:
+                raise
+            continue
+        failed_in_a_row = 0
+        if not record.role.is_reference:
+            log.durations_s.append(budget.clock() - started)
+        if (best := best_trial(study)) is not None and best.value:
+            unit = "req/s" if runner.mode is Mode.CAPACITY else "good req/s"
+            runner.progress.set_best(best.value, best.number + 1, unit)
+    log.stopped_by = stop
+    return log
+
+
+def _stop_reason(
+    study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget, plan: ConfirmPlan,
+    log: SearchLog, first_trial_guess_s: float,
+) -> str:  # fmt: skip
+    """Why the search stops before the next trial ("" to go on)."""
+    if len(finished_trials(study)) >= trials:
+        return f"--trials {trials} reached"
+    reference = _reference_next(study)
+    if not reference and not runner.space.domains:
+        return "nothing to search: the target can change none of the knobs"
+    expected = log.estimate_trial_s(first_trial_guess_s)
+    if not reference and budget.clock() + expected > budget.end_s - plan.reserve_s(study):
+        return "time budget"
+    return ""
+
+
+def _reference_next(study: optuna.Study) -> bool:
+    """Is the next trial Optuna will hand out a queued reference config?"""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return bool(waiting) and attrs.role_of(min(waiting, key=lambda t: t.number)).is_reference

@@ -1,0 +1,212 @@
+"""Optuna study: storage (SQLite, any RDB URL, journal file), samplers, pruner, resume."""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import socket
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import TuneError
+from tuner.store import attrs
+from tuner.store.records import Mode, Role
+
+STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
+
+
+class SamplerName(enum.StrEnum):
+    TPE = "tpe"
+    GP = "gp"
+    RANDOM = "random"
+
+
+def storage_url(storage: str | None, run_dir: Path) -> str | optuna.storages.BaseStorage:
+    """The Optuna storage: SQLite in the run folder by default, else the given URL or file.
+
+    A path ending in .log or .journal (or a `journal:` prefix) is a journal file, which several
+    processes can share over NFS; anything with `://` is an RDB URL (sqlite, postgresql, mysql).
+    """
+    if storage is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{run_dir.resolve() / 'study.db'}"
+    if storage.startswith("journal:"):
+        return _journal(storage.removeprefix("journal:").removeprefix("//"))
+    if "://" in storage:
+        return storage
+    if storage.endswith((".log", ".journal")):
+        return _journal(storage)
+    raise TuneError(
+        f"--storage {storage!r} is neither an RDB URL nor a journal file; use e.g. "
+        "sqlite:///study.db, postgresql://user@host/db or study.journal"
+    )
+
+
+def _journal(path: str) -> optuna.storages.BaseStorage:
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(path))
+
+
+def make_sampler(
+    name: SamplerName, seed: int, n_startup_trials: int, constraints: bool = False
+) -> BaseSampler:
+    """TPE, GP (both honour the SLO constraints in `--rate` mode) or random search."""
+    # Optuna 5 samplers read constraints set on the trial (Trial.set_constraint); older ones
+    # need constraints_func.
+    cf = constraints_func if constraints and not hasattr(optuna.Trial, "set_constraint") else None
+    if name is SamplerName.RANDOM:
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name is SamplerName.GP:
+        try:
+            import scipy  # noqa: F401  GPSampler optimises its acquisition with scipy
+        except ImportError:
+            raise TuneError("--sampler gp needs scipy; pip install scipy, or use tpe") from None
+        # The threshold fraction is conditional, which GP samples independently; say so once
+        # in docs/tuner.md rather than on every trial.
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=n_startup_trials, constraints_func=cf,
+            warn_independent_sampling=False,
+        )  # fmt: skip
+    # multivariate + group model the conditional threshold dimension jointly with the budget;
+    # constant_liar keeps parallel workers from proposing the same point.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials,
+                                          multivariate=True, group=True, constant_liar=True,
+                                          constraints_func=cf)  # fmt: skip
+
+
+def constraints_func(trial: FrozenTrial) -> Sequence[float]:
+    """Optuna's constraint values for `--rate` mode: each <= 0 when that SLO term holds."""
+    return attrs.constraints_of(trial, missing=[1.0])
+
+
+class CapacityPruner(BasePruner):
+    """Prunes a search trial once its capacity provably cannot beat the best finished trial.
+
+    Each level reports the rate search's upper bound on the trial's capacity (the lowest rate
+    that failed, inf before any failure). A trial starts at the best capacity so far, so one that
+    fails there reports a bound equal to the best and is pruned after that single level.
+    Reference trials (the default config, the rule of thumb) always run to the end: the report
+    needs their capacity, not a bound.
+    """
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if attrs.role_of(trial).is_reference:
+            return False
+        step = trial.last_step
+        if step is None:
+            return False
+        best = best_capacity(study)
+        return best > 0 and trial.intermediate_values[step] <= best
+
+
+def best_capacity(study: optuna.Study) -> float:
+    """The highest finished, feasible trial value (0 when there is none)."""
+    best = best_trial(study)
+    return float(best.value) if best is not None and best.value is not None else 0.0
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The finished trial with the highest value among those meeting every constraint."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    ok = [t for t in done if t.value is not None and math.isfinite(t.value)
+          and all(c <= 0 for c in attrs.constraints_of(t))]  # fmt: skip
+    return max(ok, key=lambda t: t.value or 0.0, default=None)
+
+
+def open_study(
+    storage: str | optuna.storages.BaseStorage, study_name: str, sampler: BaseSampler,
+    pruner: BasePruner, meta: dict[str, Any],
+) -> optuna.Study:  # fmt: skip
+    """Create the study, or load it to resume; a study made for another SLO or workload is
+    refused rather than mixed with this run's measurements."""
+    try:
+        study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                    pruner=pruner, direction="maximize",
+                                    load_if_exists=True)  # fmt: skip
+    except (ImportError, ValueError, RuntimeError) as exc:
+        raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
+    old = attrs.study_meta(study)
+    if old is None:
+        attrs.set_study_meta(study, meta)
+        return study
+    for key in sorted(set(old) | set(meta)):
+        if old.get(key) != meta.get(key):
+            raise TuneError(
+                f"study {study_name!r} was made with {key}={old.get(key)!r}, not "
+                f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
+            )
+    return study
+
+
+def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
+    """Fail trials left RUNNING by a killed process and queue their configs again.
+
+    A trial is stale when its worker ran on this host and is gone, or when it has not finished
+    a level for `STALE_AFTER_S`. Finished trials are untouched, so a resumed run loses none.
+    """
+    now_s = time.time() if now_s is None else now_s
+    host = socket.gethostname()
+    recovered = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_host, _, pid = attrs.worker_of(trial).rpartition(":")
+        beat = attrs.last_beat_s(trial)
+        dead_here = trial_host == host and pid.isdigit() and not _pid_alive(int(pid))
+        if not (dead_here or now_s - beat > STALE_AFTER_S):
+            continue
+        try:
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # another worker recovered it first
+            continue
+        study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(attrs.role_of(trial)))
+        recovered.append(trial.number)
+    return recovered
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, as another user
+        pass
+    return True
+
+
+def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials that count toward `--trials`: complete or pruned."""
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def has_role(study: optuna.Study, role: Role) -> bool:
+    """A trial with this role exists (finished, running or queued), so do not enqueue another."""
+    live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    return any(attrs.role_of(t) is role for t in study.get_trials(states=live))
+
+
+def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
+    """The k best finished trials worth confirming (positive value; feasible in --rate mode),
+    the same config measured twice (a reference and a search hit) once."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if mode is Mode.GOODPUT:
+        done = [t for t in done if all(c <= 0 for c in attrs.constraints_of(t, missing=[1.0]))]
+    ranked = sorted((t for t in done if t.value is not None and t.value > 0),
+                    key=lambda t: t.value or 0.0, reverse=True)  # fmt: skip
+    unique: dict[str, FrozenTrial] = {}
+    for t in ranked:
+        unique.setdefault(repr(sorted(attrs.knobs_of(t).items())), t)
+    return list(unique.values())[:k]

@@ -1,0 +1,1 @@
+"""What a run keeps: typed trial records, their Optuna attributes, and the run folder."""

@@ -1,0 +1,131 @@
+"""Typed records of a run: one trial, one confirmed candidate, the same-traffic check. The
+search writes them, the study keeps them (store/attrs.py), and reports are built from them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from optuna.trial import TrialState
+
+from tuner.measure.meter import LevelRecord
+from tuner.measure.verdict import Interval, LevelVerdict, VerdictRules
+from tuner.targets.knobs import Knobs
+
+
+class Role(enum.StrEnum):
+    """Why a trial exists: a reference config the report compares against, or the search."""
+
+    DEFAULT = "default"
+    RULE_OF_THUMB = "rule_of_thumb"
+    SWEEP = "sweep"  # a coarse budget sweep queued first: capacity is ~unimodal in the budget
+    SEARCH = "search"
+
+    @property
+    def is_reference(self) -> bool:
+        """Reference configs run to the end; the report compares against their capacity."""
+        return self in (Role.DEFAULT, Role.RULE_OF_THUMB)
+
+
+class Mode(enum.StrEnum):
+    """What a trial's value is."""
+
+    CAPACITY = "capacity"  # max req/s meeting the SLO (the default)
+    GOODPUT = "goodput"  # vLLM's goodput at the fixed --rate, SLO terms as constraints
+
+
+class TrialEnding(enum.StrEnum):
+    """How a trial's measurement ended."""
+
+    CONVERGED = "converged"  # the capacity bracket closed
+    BELOW_MIN = "below_min"  # failed down to the lowest rate worth measuring
+    AT_MAX = "at_max"  # passed at the highest rate allowed
+    MAX_LEVELS = "max_levels"  # level limit reached before the bracket closed
+    PRUNED = "pruned"  # cannot beat the best capacity so far
+    TIME_BUDGET = "time_budget"  # cut by the run's deadline
+    FEASIBLE = "feasible"  # --rate mode: every constraint holds
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(slots=True)
+class TrialRecord:
+    """One trial as the study keeps it."""
+
+    number: int
+    state: TrialState
+    role: Role
+    knobs: Knobs
+    levels: list[LevelRecord] = field(default_factory=list)
+    value: float | None = None  # Optuna's value, for complete trials
+    capacity_rps: float | None = None
+    upper_bound_rps: float | None = None
+    ending: TrialEnding | None = None
+    constraints: list[float] = field(default_factory=list)  # --rate mode: <= 0 holds
+    worker: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (TrialState.COMPLETE, TrialState.PRUNED)
+
+    @property
+    def feasible(self) -> bool:
+        return all(c <= 0 for c in self.constraints)
+
+    @property
+    def measurement_s(self) -> float:
+        return sum(level.wall_s for level in self.levels)
+
+    def level_at(self, rate_rps: float | None) -> LevelRecord | None:
+        """The last level measured at this rate."""
+        hits = [lv for lv in self.levels if rate_rps and lv.rate_rps == rate_rps]
+        return hits[-1] if hits else None
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One top config after re-measurement."""
+
+    trial: int
+    role: Role
+    knobs: Knobs
+    search_value: float  # capacity (req/s) or goodput at --rate, as the search measured it
+    verdict: LevelVerdict  # pooled runs with intervals, at the confirmed rate when there is one
+    repeats: int  # re-measurements made
+    confirmed_rps: float  # the capacity envelope of rates whose intervals clear (0: none)
+    capacity_ci: Interval | None = None
+    goodput_ci: Interval | None = None
+
+    @property
+    def clears(self) -> bool:
+        return self.confirmed_rps > 0
+
+
+@dataclass(slots=True)
+class SameRateCheck:
+    """The default measured at the recommended config's confirmed rate, beside the latter."""
+
+    rate_rps: float
+    default: LevelVerdict  # one run, terms with intervals
+    recommended: LevelVerdict
+    recommended_repeats: int
+
+
+@dataclass(slots=True)
+class Confirmation:
+    """What the confirmation phase decided."""
+
+    candidates: list[Candidate]
+    chosen_trial: int | None
+    same_rate: SameRateCheck | None
+    stopped_by: str
+    elapsed_s: float | None
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.trial == self.chosen_trial), None)
+
+
+def rules_for(mode: Mode, require_schedule: bool) -> VerdictRules:
+    """A run's verdict rules: keep-up only when capacity is the value (vLLM's goodput at a
+    fixed rate already pays for a queue); the schedule only where the client stamps chunks."""
+    return VerdictRules(require_keep_up=mode is Mode.CAPACITY, require_schedule=require_schedule)

@@ -1,0 +1,187 @@
+"""The run folder (its layout is in docs/tuner.md, "The run folder"): records, the trials
+table, the settings; and `RunView`, the run read back as typed records for every report."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from loadgen.records import RequestRecord, read_records_jsonl, write_records_jsonl
+from slo import SLO, parse_slo
+from tuner.errors import TuneError
+from tuner.measure.judge import Run
+from tuner.measure.meter import LevelRun
+from tuner.measure.verdict import VerdictRules
+from tuner.store import attrs
+from tuner.store.codec import clean_json, confirmation_from_json, level_row
+from tuner.store.records import Confirmation, Mode, Role, TrialRecord, rules_for
+from tuner.targets.knobs import knobs_to_json
+
+RUN_FILE = "run.json"
+CONFIRMATION_FILE = "confirmation.json"
+RECOMMENDED_RECORDS = "records_recommended.jsonl"
+DEFAULT_RECORDS = "records_default.jsonl"
+SAME_RATE_RECORDS = "records_default_at_recommended_rate.jsonl"
+_CONFIRM_FILE = re.compile(r"-(\d+(?:\.\d+)?)rps\.jsonl$")
+
+
+class RunFiles:
+    """Paths inside one run folder, and reading/writing what lives there."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.root = Path(run_dir)
+        self.records_dir = self.root / "records"
+        self.plots_dir = self.root / "plots"
+
+    def ensure(self) -> None:
+        self.records_dir.mkdir(parents=True, exist_ok=True)
+
+    def level_path(self, trial: int, level: int) -> Path:
+        return self.records_dir / f"trial-{trial:04d}-level-{level:02d}.jsonl"
+
+    def confirm_path(self, trial: int, index: int, rate_rps: float) -> Path:
+        return self.records_dir / f"confirm-{trial:04d}-{index:02d}-{rate_rps:.6f}rps.jsonl"
+
+    def write_confirm_run(self, trial: int, index: int, run: LevelRun) -> None:
+        """A re-measurement's records, and its figures beside them (for `tune report`)."""
+        path = self.confirm_path(trial, index, run.level.rate_rps)
+        self.write_records(path, run.records)
+        self._write_text(path.with_suffix(".level.json"), json.dumps(level_row(run.level)))
+
+    def confirm_runs(self, trial: int) -> list[Run]:
+        """A trial's re-measurements, in the order they were measured."""
+        out = []
+        for path in sorted(self.records_dir.glob(f"confirm-{trial:04d}-*rps.jsonl")):
+            match = _CONFIRM_FILE.search(path.name)
+            records = self.read_records(path)
+            if match and records is not None:
+                side = path.with_suffix(".level.json")
+                row = json.loads(side.read_text()) if side.exists() else {}
+                out.append(Run(float(match.group(1)), records, row.get("schedule_ok", True)))
+        return out
+
+    def search_runs(self, trial: TrialRecord) -> list[Run]:
+        """A trial's search levels whose records are in this folder."""
+        out = []
+        for i, level in enumerate(trial.levels):
+            records = self.read_records(self.level_path(trial.number, i))
+            if records is not None:
+                out.append(Run(level.rate_rps, records, level.verdict.schedule_ok))
+        return out
+
+    def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:
+        self.ensure()
+        tmp = path.with_suffix(".tmp")
+        write_records_jsonl(list(records), tmp)
+        tmp.replace(path)  # a killed run never leaves half a file behind
+
+    def read_records(self, path: Path) -> list[RequestRecord] | None:
+        return read_records_jsonl(path) if path.exists() else None
+
+    def write_json(self, name: str, data: dict[str, Any]) -> Path:
+        path = self.root / name
+        self._write_text(path, json.dumps(clean_json(data), indent=2, allow_nan=False) + "\n")
+        return path
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        path = self.root / name
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise TuneError(f"{path} is not valid JSON ({exc}); delete it and run again") from None
+
+    def _write_text(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def level_rows(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
+    """One row per trial and load level: the trials table."""
+    rows = []
+    for t in trials:
+        base = {
+            "trial": t.number, "role": t.role.value, "state": t.state.name.lower(),
+            "capacity_rps": t.capacity_rps, "upper_bound_rps": t.upper_bound_rps,
+            "outcome": t.ending.value if t.ending else None,
+            **{f"knob_{k}": v for k, v in knobs_to_json(t.knobs).items()},
+        }  # fmt: skip
+        levels = [level_row(level) for level in t.levels] or [{}]
+        for i, level in enumerate(levels):
+            rows.append({**base, "level": i if level else None, **level})
+    return rows
+
+
+def write_trials_table(trials: Sequence[TrialRecord], files: RunFiles) -> list[Path]:
+    """trials.csv, and trials.parquet when pyarrow is installed (trials queued or started but
+    without a level yet are left out)."""
+    import pandas as pd
+
+    waiting = (TrialState.WAITING, TrialState.RUNNING)
+    shown = [t for t in trials if t.levels or t.state not in waiting]
+    df = pd.DataFrame(level_rows(shown))
+    files.root.mkdir(parents=True, exist_ok=True)
+    written = [files.root / "trials.csv"]
+    df.to_csv(written[0], index=False)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return written
+    df.to_parquet(files.root / "trials.parquet", index=False)
+    written.append(files.root / "trials.parquet")
+    return written
+
+
+@dataclass(slots=True)
+class RunView:
+    """What one run folder and its study hold, read into typed records. `tune` and `tune report`
+    both build the report from it, so a report rebuilt from the folder is the one the run wrote."""
+
+    files: RunFiles
+    info: dict[str, Any]  # run.json: settings, workload, target, environment
+    study: optuna.Study
+    slo: SLO
+    mode: Mode
+    rules: VerdictRules
+    trials: list[TrialRecord]
+
+    @classmethod
+    def read(cls, files: RunFiles, study: optuna.Study) -> RunView:
+        info = files.read_json(RUN_FILE)
+        if not isinstance(info, dict):
+            raise TuneError(f"{files.root} has no {RUN_FILE}; pass the folder a tune run wrote")
+        slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))
+        rules = rules_for(mode, bool(info.get("target", {}).get("require_schedule", False)))
+        trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
+        return cls(files, info, study, slo, mode, rules, trials)
+
+    @property
+    def finished(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.finished]
+
+    def trial(self, number: int) -> TrialRecord:
+        return self.trials[number]
+
+    def with_role(self, role: Role) -> TrialRecord | None:
+        """The latest finished trial measured in this role (a reference re-run after a crash
+        wins)."""
+        hits = [t for t in self.finished if t.role is role]
+        return hits[-1] if hits else None
+
+    def confirmation(self) -> Confirmation | None:
+        data = self.files.read_json(CONFIRMATION_FILE)
+        return None if data is None else confirmation_from_json(data, self.slo, self.rules)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.info.get("settings", {})

@@ -1,0 +1,84 @@
+"""What every target is: facts the search needs, a knob space, and one load level's replay."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from loadgen import ReplayResult, RequestSpec
+from tuner.targets.knobs import Knobs, KnobSpace
+
+
+class TargetKind(enum.StrEnum):
+    BUILTIN = "builtin"  # engine_lite in this process
+    LAUNCH = "launch"  # a server command started per config
+    URL = "url"  # a running server, measured as it is
+
+
+@dataclass(frozen=True, slots=True)
+class TargetFacts:
+    """What the tuner must know about the engine before it builds a space and a workload."""
+
+    kind: TargetKind
+    description: str
+    model: str
+    device: str
+    max_model_len: int
+    vocab_size: int
+    block_size: int  # KV block size: budgets and thresholds round to it
+    # In process, chunk times come from the engine itself, so a lagging client loop cannot
+    # distort them; over HTTP it can, and such a level must not count as a pass.
+    require_schedule: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    """Preemptions and KV-cache usage over one level (None where the target cannot tell)."""
+
+    preemptions: int | None = None
+    kv_cache_usage_max: float | None = None
+    kv_cache_usage_mean: float | None = None
+
+
+@dataclass(slots=True)
+class LevelReplay:
+    """One level as the target served it: loadgen's replay and the server's own figures."""
+
+    result: ReplayResult
+    server: ServerStats
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """How loadgen replays one level (the arrival times come with it)."""
+
+    timeout_s: float = 120.0
+    lag_tolerance_s: float = 0.010  # loadgen's default: p99 loop / send lag allowed
+    warmup: int = 0
+
+
+class Target(Protocol):
+    """A serving engine the tuner configures per trial and loads per level."""
+
+    facts: TargetFacts
+    knobs: KnobSpace
+
+    async def apply(self, knobs: Knobs) -> None:
+        """Make the next levels run with these knobs (the rest at the target's defaults)."""
+
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
+        """Send `requests` at `offsets` seconds from the start; records and server figures."""
+
+    async def close(self) -> None:
+        """Release the engine or stop the server."""
+
+
+def span_s(result: ReplayResult) -> float:
+    """Seconds from the replay's start to its last request's end (a level's metrics window)."""
+    ends = [r.finished_s for r in result.records if math.isfinite(r.finished_s)]
+    ends += [r.chunk_times_s[-1] for r in result.records if r.chunk_times_s]
+    return max(0.0, max(ends, default=result.start_s) - result.start_s)

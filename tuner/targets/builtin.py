@@ -1,0 +1,115 @@
+"""The built-in engine as a target: engine_lite in this process, reconfigured between trials."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from engine_lite import AsyncEngine, EngineConfig, EngineLiteError
+from loadgen import InProcessTarget, RequestSpec, replay
+from tuner.errors import TuneError
+from tuner.targets.base import (
+    LevelReplay,
+    ReplayPlan,
+    ServerStats,
+    TargetFacts,
+    TargetKind,
+)
+from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
+
+
+def engine_defaults() -> Knobs:
+    """vLLM's scheduler defaults as engine_lite states them (its EngineConfig follows
+    `vllm serve`): what a server started without knob flags runs."""
+    return EngineConfig().scheduler_knobs()
+
+
+class _StepWindow:
+    """Accumulates the engine's per-step stats between `reset()` calls (written by its thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.preemptions, self.kv_max, self.kv_sum, self.steps = 0, 0.0, 0.0, 0
+
+    def __call__(self, step: Any) -> None:
+        with self._lock:
+            self.preemptions += step.num_preemptions
+            self.kv_max = max(self.kv_max, step.kv_cache_usage)
+            self.kv_sum += step.kv_cache_usage
+            self.steps += 1
+
+    def stats(self) -> ServerStats:
+        with self._lock:
+            mean = self.kv_sum / self.steps if self.steps else 0.0
+            return ServerStats(self.preemptions, self.kv_max, mean)
+
+
+class BuiltinTarget:
+    """engine_lite in this process: weights load once, each trial only swaps scheduler knobs. It
+    can set every knob it has; its defaults are its config as resolved for this device."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        try:
+            self.engine = AsyncEngine(config)
+        except EngineLiteError as exc:
+            raise TuneError(str(exc)) from None
+        # The engine's config as resolved for this device: what it runs when told nothing.
+        defaults = {k: v for k, v in self.engine.config.scheduler_knobs().items() if k in KNOBS}
+        device = _device_name(config.device)
+        self.knobs = KnobSpace(defaults, frozenset(defaults), _default_source(self.engine, device))
+        # In process the engine stamps chunk times itself: a lagging client cannot skew them.
+        self.facts = TargetFacts(TargetKind.BUILTIN, f"engine_lite {config.model}", config.model,
+                                 device, self.engine.max_model_len, self.engine.vocab_size,
+                                 _block_size(self.engine), require_schedule=False)  # fmt: skip
+        self._window = _StepWindow()
+        self.engine.add_step_listener(self._window)
+        self._target = InProcessTarget(self.engine)
+        self._started = False
+
+    async def apply(self, knobs: Knobs) -> None:
+        if not self._started:
+            await self.engine.start()
+            self._started = True
+        await self.engine.reconfigure(**self.knobs.complete(knobs))
+
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
+        self._window.reset()
+        result = await replay(self._target, list(requests), offsets, warmup=plan.warmup,
+                              timeout_s=plan.timeout_s, progress=False,
+                              lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
+        return LevelReplay(result, self._window.stats())
+
+    async def close(self) -> None:
+        if self._started:
+            await self.engine.shutdown()
+            self._started = False
+
+
+def _default_source(engine: AsyncEngine, device: str) -> str:
+    """Which row of vLLM's device table the defaults are, when the engine says."""
+    row = getattr(engine, "batch_defaults", None)  # engine_lite with vLLM 0.32's device table
+    return row.describe() if row is not None else f"engine_lite's defaults on {device}"
+
+
+def _block_size(engine: AsyncEngine) -> int:
+    """The engine's KV block size (16 on the PyTorch backend, 256 with flash-attn)."""
+    # AsyncEngine.block_size comes with engine_lite's device-defaults change; until then the
+    # runner it wraps holds the same number.
+    return int(getattr(engine, "block_size", None) or engine._engine.runner.block_size)
+
+
+def _device_name(device: str) -> str:
+    """The device engine_lite runs on: `cpu`, or `cuda (GPU name)`."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return device

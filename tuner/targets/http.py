@@ -1,0 +1,218 @@
+"""Targets over HTTP: a server command launched per config (`--launch`) or a running `--url`,
+and `--prometheus-url`: the server's preemptions and KV-cache usage over each load level."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen import HttpTarget, RequestSpec, replay
+from tuner.errors import TuneError
+from tuner.targets.base import (
+    LevelReplay,
+    ReplayPlan,
+    ServerStats,
+    TargetFacts,
+    TargetKind,
+    span_s,
+)
+from tuner.targets.builtin import engine_defaults
+from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
+from tuner.targets.launch import LaunchedServer, LaunchSpec
+
+# vLLM's KV block size (CacheConfig.block_size): what budgets round to on a server we cannot ask.
+VLLM_BLOCK_SIZE = 16
+DEFAULT_MODEL_LEN = 8192
+# Prompt token ids must be valid for the served model; ids below 4096 are valid in every
+# Llama-family vocabulary, and lengths, not ids, drive serving time.
+SAFE_VOCAB = 4096
+# A server we did not start runs its own flags; without better knowledge the report compares
+# against what `vllm serve` runs when given none.
+ASSUMED_DEFAULTS = "vLLM's defaults as engine_lite states them (the server's own flags unseen)"
+
+
+# vLLM V1 metric names (vllm/v1/metrics/loggers.py); engine_lite exports the same ones.
+# vllm:kv_cache_usage_perc is a fraction in [0, 1] despite its name.
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+class PrometheusProbe:
+    """Queries one Prometheus server with range functions spanning the level just measured."""
+
+    def __init__(self, url: str, scrape_interval_s: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        # A level's window reaches back one scrape further, so the sample taken just before the
+        # level started anchors the counter's increase.
+        self.scrape_interval_s = scrape_interval_s
+        self._client = PrometheusConnect(url=url, disable_ssl=True)
+        self._preempt_start: float | None = None
+
+    def check(self) -> None:
+        """Fail fast, in one line, when the server is not there."""
+        try:
+            ok = self._client.check_prometheus_connection()
+        except Exception as exc:  # the client raises requests' many exception types
+            raise TuneError(
+                f"--prometheus-url {self.url} is unreachable ({exc}); check the URL"
+            ) from None
+        if not ok:
+            raise TuneError(f"--prometheus-url {self.url} did not answer /-/healthy; check it")
+
+    async def begin(self) -> None:
+        self._preempt_start = await self._scalar(f"sum({PREEMPTIONS})")
+
+    async def end(self, wall_s: float) -> ServerStats:
+        """Preemptions and KV usage over the last `wall_s` seconds (plus one scrape)."""
+        # Let the scrape that covers the level's end land first.
+        await asyncio.sleep(self.scrape_interval_s)
+        window = f"{math.ceil(wall_s + 2 * self.scrape_interval_s)}s"
+        preempt_end, kv_max, kv_mean = await asyncio.gather(
+            self._scalar(f"sum({PREEMPTIONS})"),
+            self._scalar(f"max(max_over_time({KV_USAGE}[{window}]))"),
+            self._scalar(f"avg(avg_over_time({KV_USAGE}[{window}]))"),
+        )
+        return ServerStats(
+            preemptions=_counter_delta(self._preempt_start, preempt_end),
+            kv_cache_usage_max=kv_max,
+            kv_cache_usage_mean=kv_mean,
+        )
+
+    async def _scalar(self, query: str) -> float | None:
+        try:
+            result: list[dict[str, Any]] = await asyncio.to_thread(self._client.custom_query, query)
+        except Exception:  # a missed pull leaves a gap in the table, not a failed trial
+            return None
+        if not result:
+            return None
+        value = float(result[0]["value"][1])
+        return None if math.isnan(value) else value
+
+
+def _counter_delta(start: float | None, end: float | None) -> int | None:
+    """A counter's growth over a level; a server restarted since `start` counts from zero."""
+    if end is None:
+        return None
+    if start is None or end < start:
+        return round(end)
+    return round(end - start)
+
+
+def http_facts(
+    kind: TargetKind, description: str, model: str, max_model_len: int | None
+) -> TargetFacts:
+    return TargetFacts(kind, description, model, "remote", max_model_len or DEFAULT_MODEL_LEN,
+                       SAFE_VOCAB, VLLM_BLOCK_SIZE, require_schedule=True)  # fmt: skip
+
+
+class _HttpLevels:
+    """One level against a server: Prometheus around the replay, and a liveness check."""
+
+    def __init__(self, url: str, model: str, endpoint: str, prom: PrometheusProbe | None) -> None:
+        self.url = url
+        self.prometheus = prom
+        self._client = HttpTarget(url, model, endpoint=endpoint)
+
+    async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
+                     plan: ReplayPlan) -> LevelReplay:  # fmt: skip
+        if self.prometheus is not None:
+            await self.prometheus.begin()
+        result = await replay(self._client, list(requests), offsets, warmup=plan.warmup,
+                              timeout_s=plan.timeout_s, progress=False,
+                              lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
+        self.check_alive()
+        server = ServerStats()
+        if self.prometheus is not None:
+            server = await self.prometheus.end(span_s(result))
+        return LevelReplay(result, server)
+
+    def check_alive(self) -> None:
+        return None
+
+
+class LaunchTarget(_HttpLevels):
+    """Starts the user's server command per config; it sets the knobs the command names as
+    placeholders, the others stay at vLLM's defaults."""
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        endpoint: str = "completions",
+        prometheus: PrometheusProbe | None = None,
+        health_timeout_s: float = 600.0,
+        log_dir: Path | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(spec.url, spec.model, endpoint, prometheus)
+        settable = spec.fields() & set(KNOBS)
+        if not settable:
+            raise TuneError(
+                "--launch has no knob placeholder, so every trial would be the same server; add "
+                "e.g. --max-num-batched-tokens {max_num_batched_tokens} to the command"
+            )
+        self.spec = spec
+        self.knobs = KnobSpace(engine_defaults(), frozenset(settable), ASSUMED_DEFAULTS,
+                               refusal="the --launch command has no {{{name}}}")  # fmt: skip
+        self.facts = http_facts(TargetKind.LAUNCH, f"launched: {spec.template}", spec.model,
+                                max_model_len)  # fmt: skip
+        self.health_timeout_s = health_timeout_s
+        self.log_dir = log_dir
+        self._launches = 0
+        self._server: LaunchedServer | None = None
+        self._knobs: Knobs = {}
+
+    async def apply(self, knobs: Knobs) -> None:
+        config = self.knobs.complete(knobs)
+        if self._server is not None and config == self._knobs:
+            self._server.check_alive()
+            return  # same config as the running server: no restart
+        await self.close()
+        self._knobs = config
+        self._launches += 1
+        log = self.log_dir / f"server-{self._launches:03d}.log" if self.log_dir else None
+        self._server = LaunchedServer(self.spec.argv(config), self.url,
+                                      health_timeout_s=self.health_timeout_s,
+                                      log_path=log)  # fmt: skip
+        await self._server.start()
+
+    def check_alive(self) -> None:
+        if self._server is not None:
+            self._server.check_alive()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+
+
+class UrlTarget(_HttpLevels):
+    """A server someone else started: measured as it is; it can change no knob."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        endpoint: str = "completions",
+        prometheus: PrometheusProbe | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(url, model, endpoint, prometheus)
+        self.knobs = KnobSpace(
+            engine_defaults(),
+            frozenset(),
+            ASSUMED_DEFAULTS,
+            refusal=f"the server at {url} cannot change it; use --launch 'CMD ... {{{{{{name}}}}}}'"
+            " so each trial starts its own server",
+        )
+        self.facts = http_facts(TargetKind.URL, f"server at {url}", model, max_model_len)
+
+    async def apply(self, knobs: Knobs) -> None:
+        self.knobs.complete(knobs)  # a config it cannot run is refused, not measured as another
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,181 @@
+"""`--launch`: start a server command per trial, wait for /health, stop its whole process group."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import string
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from tuner.errors import TuneError
+from tuner.targets.knobs import KNOBS
+
+# Placeholders besides the knobs: where the server must listen and what it serves.
+EXTRA_FIELDS = ("port", "host", "model")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A command template such as `vllm serve M --max-num-batched-tokens {max_num_batched_tokens}`.
+
+    The template is split like a shell would (shlex) *before* placeholders are filled, so a value
+    can never become two arguments or shell syntax; the command runs without a shell.
+    """
+
+    template: str
+    url: str
+    model: str
+
+    def __post_init__(self) -> None:
+        try:
+            tokens = shlex.split(self.template)
+        except ValueError as exc:
+            raise TuneError(
+                f"--launch {self.template!r} does not parse ({exc}); check quotes"
+            ) from None
+        if not tokens:
+            raise TuneError("--launch is empty; give the server command, e.g. 'vllm serve M ...'")
+        unknown = sorted(self.fields() - set(KNOBS) - set(EXTRA_FIELDS))
+        if unknown:
+            raise TuneError(
+                f"--launch has unknown placeholder {{{unknown[0]}}}; use a knob name "
+                f"({', '.join(KNOBS)}) or one of {', '.join(EXTRA_FIELDS)}"
+            )
+
+    def fields(self) -> set[str]:
+        """Placeholder names the template uses."""
+        names: set[str] = set()
+        for token in shlex.split(self.template):
+            try:
+                parsed = list(string.Formatter().parse(token))
+            except ValueError as exc:
+                raise TuneError(
+                    f"--launch token {token!r} is malformed ({exc}); use {{knob}}"
+                ) from None
+            names.update(name for _, name, _, _ in parsed if name)
+        return names
+
+    def argv(self, knobs: dict[str, Any]) -> list[str]:
+        """The argument list for one trial."""
+        parts = urlsplit(self.url)
+        values = {name: KNOBS[name].to_arg(v) for name, v in knobs.items()}
+        values.update(port=str(parts.port or 80), host=parts.hostname or "", model=self.model)
+        return [token.format_map(values) for token in shlex.split(self.template)]
+
+
+class LaunchedServer:
+    """One server process in its own process group; `stop()` ends every process in the group."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        url: str,
+        *,
+        health_timeout_s: float = 600.0,
+        stop_grace_s: float = 15.0,
+        log_path: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.argv = argv
+        self.url = url.rstrip("/")
+        self.health_timeout_s = health_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.log_path = log_path
+        self.clock = clock  # the health and stop deadlines are read on it
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    async def start(self) -> None:
+        """Start the command and return once GET /health answers 200."""
+        log: IO[bytes] | int = subprocess.DEVNULL
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = log = self.log_path.open("ab")
+        try:
+            # start_new_session: the server and any workers it forks share one new process
+            # group, so stop() can signal all of them by the group id.
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        except OSError as exc:
+            raise TuneError(f"--launch could not start {self.argv[0]!r}: {exc.strerror}") from None
+        try:
+            await self._wait_healthy()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _wait_healthy(self) -> None:
+        deadline = self.clock() + self.health_timeout_s
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                self.check_alive()
+                try:
+                    async with session.get(f"{self.url}/health") as resp:
+                        if resp.status == 200:
+                            return
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    pass
+                if self.clock() >= deadline:
+                    raise TuneError(
+                        f"--launch server gave no 200 from {self.url}/health within "
+                        f"{self.health_timeout_s:g}s; check its log{self._log_hint()} or raise "
+                        "--launch-timeout"
+                    )
+                await asyncio.sleep(0.25)
+
+    def check_alive(self) -> None:
+        """Raise when the server process has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise TuneError(
+                f"--launch server exited with status {self.proc.returncode}: "
+                f"{shlex.join(self.argv)}; check its log{self._log_hint()}"
+            )
+
+    async def stop(self) -> None:
+        """SIGTERM the process group, then SIGKILL it if it is still there after the grace."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            pgid = proc.pid  # a new session's leader: its pid is the group id
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = self.clock() + self.stop_grace_s
+            while _group_alive(pgid) and self.clock() < deadline:
+                proc.poll()  # reap the leader so it does not linger as a zombie
+                await asyncio.sleep(0.05)
+            if _group_alive(pgid):
+                _signal_group(pgid, signal.SIGKILL)
+            while proc.poll() is None:
+                await asyncio.sleep(0.02)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _log_hint(self) -> str:
+        return f" ({self.log_path})" if self.log_path else ""
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
