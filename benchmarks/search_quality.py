@@ -64,27 +64,20 @@ SLO_TEXT = "tpot_p99=30ms"
 GRID_BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 GRID_THRESHOLD_FRACTIONS = (0.0, 0.25)  # off, or a quarter of the budget
 GRID_POLICIES = (Policy.DECODE_FIRST, Policy.PREFILL_FIRST)
-# With 2 partial prefills a threshold of 0 means vLLM's 4% of max_model_len (327 here).
-GRID_PARTIALS = (2,)
 TABLE_BUDGET = 4096  # the rule of thumb for chat traffic
 EVAL_REL_TOL = 0.05
 EVAL_GROWTH = 1.25
 
 
 def grid_configs(
-    base: dict[str, Any],
-    budgets: tuple[int, ...] = GRID_BUDGETS,
-    partials: tuple[int, ...] = GRID_PARTIALS,
+    base: dict[str, Any], budgets: tuple[int, ...] = GRID_BUDGETS
 ) -> list[dict[str, Any]]:
     """The grid around the engine's default config `base`."""
     out = []
-    for budget, frac, policy, partial in itertools.product(
-        budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES, partials
-    ):
+    for budget, frac, policy in itertools.product(budgets, GRID_THRESHOLD_FRACTIONS, GRID_POLICIES):
         out.append({**base, "max_num_batched_tokens": budget, "policy": policy,
                     "long_prefill_token_threshold": int(budget * frac),
-                    "max_num_partial_prefills": partial,
-                    "max_long_partial_prefills": 1})  # fmt: skip
+                    "long_prefill_token_threshold_adaptive": False})  # fmt: skip
     return out
 
 
@@ -130,9 +123,9 @@ def _reason(verdict: Any) -> str:
     return "queue" if not verdict.kept_up else verdict.binding.name
 
 
-async def run_grid(bench: Bench, budgets: tuple[int, ...], partials: tuple[int, ...]) -> list[dict]:
+async def run_grid(bench: Bench, budgets: tuple[int, ...]) -> list[dict]:
     out = []
-    configs = grid_configs(bench.target.knobs.defaults, budgets, partials)
+    configs = grid_configs(bench.target.knobs.defaults, budgets)
     for i, knobs in enumerate(configs):
         res = await bench.capacity(knobs)
         out.append(res)
@@ -211,7 +204,6 @@ def simulate(grid: list[dict], trials: int, seeds: int, knob_space: Any) -> dict
     """Samplers on the grid's measured landscape: best capacity found within `trials`."""
     table = {_key(g["config"]): g["capacity_rps"] for g in grid}
     budgets = sorted({g["config"]["max_num_batched_tokens"] for g in grid})
-    partials = sorted({g["config"]["max_num_partial_prefills"] for g in grid})
     space = build_space(knob_space, SpaceFacts(block_size=16, max_model_len=8192,
                                                longest_prompt=7168))  # fmt: skip
 
@@ -224,7 +216,7 @@ def simulate(grid: list[dict], trials: int, seeds: int, knob_space: Any) -> dict
             enqueue_starting_configs(study, space, Scenario.CHAT)
             for _ in range(trials):
                 trial = study.ask()
-                capacity = table.get(_key(_snap(space.suggest(trial), budgets, partials)), 0.0)
+                capacity = table.get(_key(_snap(space.suggest(trial), budgets)), 0.0)
                 # As in tune: the first level is at the best capacity so far; a config that fails
                 # there reports that rate as its bound, and tune's pruner decides.
                 best = best_capacity(study)
@@ -242,19 +234,17 @@ def simulate(grid: list[dict], trials: int, seeds: int, knob_space: Any) -> dict
     return result
 
 
-def _snap(knobs: dict[str, Any], budgets: list[int], partials: list[int]) -> dict[str, Any]:
+def _snap(knobs: dict[str, Any], budgets: list[int]) -> dict[str, Any]:
     budget = min(budgets, key=lambda b: abs(b - knobs["max_num_batched_tokens"]) / b)
     frac = knobs["long_prefill_token_threshold"] / knobs["max_num_batched_tokens"]
     frac = min(GRID_THRESHOLD_FRACTIONS, key=lambda f: abs(f - frac))
-    partial = min(partials, key=lambda p: abs(p - knobs["max_num_partial_prefills"]))
     return {"max_num_batched_tokens": budget, "long_prefill_token_threshold": int(budget * frac),
-            "policy": knobs["policy"], "max_num_partial_prefills": partial}  # fmt: skip
+            "policy": knobs["policy"]}  # fmt: skip
 
 
 def _key(knobs: dict[str, Any]) -> tuple:
     return (knobs["max_num_batched_tokens"], knobs["long_prefill_token_threshold"],
-            str(getattr(knobs["policy"], "value", knobs["policy"])),
-            knobs["max_num_partial_prefills"])  # fmt: skip
+            str(getattr(knobs["policy"], "value", knobs["policy"])))  # fmt: skip
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,8 +266,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.num_requests, args.grid_start_rps)
     try:
         if "grid" not in state:
-            state["grid"] = await run_grid(bench, tuple(args.grid_budgets),
-                                           tuple(args.grid_partials))  # fmt: skip
+            state["grid"] = await run_grid(bench, tuple(args.grid_budgets))
             save()
         # The manual procedure has no seed: one run of it, judged like the others.
         if "manual" not in state:
@@ -344,7 +333,6 @@ def main() -> None:
     p.add_argument("--time-budget-s", type=float, default=300.0, help="ours, per seed")
     p.add_argument("--grid-start-rps", type=float, default=8.0)
     p.add_argument("--grid-budgets", type=int, nargs="+", default=list(GRID_BUDGETS))
-    p.add_argument("--grid-partials", type=int, nargs="+", default=list(GRID_PARTIALS))
     p.add_argument("--eval-repeats", type=int, default=2)
     p.add_argument("--sim-seeds", type=int, default=50)
     p.add_argument("--out", default="results/search_quality.json")

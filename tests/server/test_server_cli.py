@@ -71,7 +71,7 @@ def test_bad_flags_are_one_line_errors_exit_2(argv, needle, capsys):
 
 def test_unknown_subcommand(capsys):
     assert main(["launch"]) == 2
-    assert "serve or bench" in capsys.readouterr().err
+    assert "serve, bench or export-hf" in capsys.readouterr().err
 
 
 def test_console_script_reports_without_traceback():

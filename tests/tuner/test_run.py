@@ -70,7 +70,10 @@ async def test_tune_report_rebuilds_the_same_recommendation(
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"params": ["max_num_partial_prefills=1..4"]}, "--param max_num_partial_prefills: "),
+        (
+            {"params": ["long_prefill_token_threshold_adaptive=true,false"]},
+            "--param long_prefill_token_threshold_adaptive: ",
+        ),
         ({"fixed": ["policy=prefill_first"]}, "--fix policy: "),
     ],
 )

@@ -89,7 +89,10 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
         assert rec[key]["config"]["max_num_batched_tokens"] > 0
     # The default is the engine's own, as it declared it.
     assert rec["default"]["config"] == rec["target"]["default_config"]
-    assert rec["target"]["default_source"].startswith("engine_lite's defaults on cpu")
+    # On this CPU that is vLLM 0.32's CPU row (2048 / 128), and the report says so.
+    assert rec["target"]["default_source"].startswith("vLLM 0.32's CPU default")
+    assert rec["default"]["config"]["max_num_batched_tokens"] == 2048
+    assert rec["default"]["config"]["max_num_seqs"] == 128
     if rec["default"]["capacity_rps"]:
         ratio = rec["best"]["capacity_rps"] / rec["default"]["capacity_rps"]
         assert math.isclose(rec["ratio_vs_default"], ratio)

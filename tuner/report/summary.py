@@ -144,9 +144,6 @@ def vllm_flags(knobs: dict[str, Any]) -> str:
         parts.append(_flag("long_prefill_token_threshold", knobs["long_prefill_token_threshold"]))
     if knobs.get("long_prefill_token_threshold_adaptive"):
         parts.append(str(KNOBS["long_prefill_token_threshold_adaptive"].vllm_flag))
-    if knobs.get("max_num_partial_prefills", 1) > 1:
-        parts.append(_flag("max_num_partial_prefills", knobs["max_num_partial_prefills"]))
-        parts.append(_flag("max_long_partial_prefills", knobs["max_long_partial_prefills"]))
     return " ".join(parts)
 
 
@@ -175,8 +172,8 @@ def flag_notes(knobs: dict[str, Any]) -> list[str]:
             "policy=prefill_first has no vLLM flag: vLLM always schedules running decodes "
             "first; SGLang without --enable-mixed-chunk runs prefill batches first"
         )
-    if knobs.get("max_num_partial_prefills", 1) > 1:
-        notes.append("SGLang has no equivalent of --max-num-partial-prefills")
+    if knobs.get("long_prefill_token_threshold_adaptive"):
+        notes.append("SGLang has no equivalent of --long-prefill-token-threshold-adaptive")
     return notes
 
 

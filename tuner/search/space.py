@@ -18,7 +18,6 @@ from tuner.targets.knobs import KNOBS, KnobKind, Knobs, KnobSpace, knob
 # of the budget (a cap above the budget never binds, so a fraction keeps every sample meaningful).
 THRESHOLD_SWITCH = "long_prefill"
 THRESHOLD_FRACTION = "long_prefill_fraction"
-MAX_PARTIAL_PREFILLS = 4
 BUDGET = "max_num_batched_tokens"
 THRESHOLD = "long_prefill_token_threshold"
 
@@ -116,11 +115,8 @@ class SearchSpace:
         out[BUDGET] = budget
         if THRESHOLD in out:
             out[THRESHOLD] = min(out[THRESHOLD], budget, self.max_model_len)
-        if "max_num_partial_prefills" in out and not chunked:
-            out["max_num_partial_prefills"] = 1
-        if "max_long_partial_prefills" in out:
-            most = out.get("max_num_partial_prefills", 1)
-            out["max_long_partial_prefills"] = min(out["max_long_partial_prefills"], most)
+        if not out.get(THRESHOLD) and "long_prefill_token_threshold_adaptive" in out:
+            out["long_prefill_token_threshold_adaptive"] = False  # only floors a threshold
         return out
 
     def describe(self) -> dict[str, str]:
@@ -128,11 +124,9 @@ class SearchSpace:
         return {name: _describe(domain) for name, domain in self.domains.items()}
 
     def _applies(self, name: str, knobs: Knobs) -> bool:
-        partial = ("max_num_partial_prefills", "max_long_partial_prefills")
-        if name in partial and not knobs.get("enable_chunked_prefill", True):
-            return False
-        if name == "max_long_partial_prefills":
-            return knobs.get("max_num_partial_prefills", 1) > 1
+        # vLLM 0.32: the adaptive switch only floors a threshold that is on.
+        if name == "long_prefill_token_threshold_adaptive":
+            return bool(knobs.get(THRESHOLD))
         return True
 
     def _suggest_one(self, trial: Suggester, name: str, domain: Domain, knobs: Knobs) -> Any:
@@ -180,8 +174,7 @@ def _budget_domain(
 DEFAULT_DOMAINS: dict[str, Callable[..., Domain]] = {
     BUDGET: _budget_domain,
     THRESHOLD: lambda *_: BudgetFraction(),
-    "max_num_partial_prefills": lambda *_: IntRange(1, MAX_PARTIAL_PREFILLS),
-    "max_long_partial_prefills": lambda *_: IntRange(1, MAX_PARTIAL_PREFILLS),
+    "long_prefill_token_threshold_adaptive": lambda *_: Choices((False, True)),
     "policy": lambda *_: Choices(tuple(p.value for p in Policy)),
 }
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine_lite import AsyncEngine, EngineConfig, EngineLiteError
+from engine_lite.defaults import CPU_DEVICE, DeviceInfo
 from loadgen import InProcessTarget, RequestSpec, replay
 from tuner.errors import TuneError
 from tuner.targets.base import (
@@ -19,10 +20,21 @@ from tuner.targets.base import (
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
 
 
-def engine_defaults() -> Knobs:
-    """vLLM's scheduler defaults as engine_lite states them (its EngineConfig follows
-    `vllm serve`): what a server started without knob flags runs."""
-    return EngineConfig().scheduler_knobs()
+def engine_defaults() -> tuple[Knobs, str]:
+    """What `vllm serve` 0.32 (and `engine-lite serve`) runs without knob flags on this
+    machine's device, and which row of vLLM's device table that is."""
+    config, row = EngineConfig().resolved(local_device(), max_model_len=8192)
+    return config.scheduler_knobs(), row.describe()
+
+
+def local_device() -> DeviceInfo:
+    """This machine's first accelerator, as vLLM's default table sees it, else the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return CPU_DEVICE
+    props = torch.cuda.get_device_properties(0)
+    return DeviceInfo("cuda", props.name, int(props.total_memory))
 
 
 class _StepWindow:
@@ -61,11 +73,12 @@ class BuiltinTarget:
         # The engine's config as resolved for this device: what it runs when told nothing.
         defaults = {k: v for k, v in self.engine.config.scheduler_knobs().items() if k in KNOBS}
         device = _device_name(config.device)
-        self.knobs = KnobSpace(defaults, frozenset(defaults), _default_source(self.engine, device))
+        source = self.engine.batch_defaults.describe()
+        self.knobs = KnobSpace(defaults, frozenset(defaults), source)
         # In process the engine stamps chunk times itself: a lagging client cannot skew them.
         self.facts = TargetFacts(TargetKind.BUILTIN, f"engine_lite {config.model}", config.model,
                                  device, self.engine.max_model_len, self.engine.vocab_size,
-                                 _block_size(self.engine), require_schedule=False)  # fmt: skip
+                                 self.engine.block_size, require_schedule=False)  # fmt: skip
         self._window = _StepWindow()
         self.engine.add_step_listener(self._window)
         self._target = InProcessTarget(self.engine)
@@ -89,19 +102,6 @@ class BuiltinTarget:
         if self._started:
             await self.engine.shutdown()
             self._started = False
-
-
-def _default_source(engine: AsyncEngine, device: str) -> str:
-    """Which row of vLLM's device table the defaults are, when the engine says."""
-    row = getattr(engine, "batch_defaults", None)  # engine_lite with vLLM 0.32's device table
-    return row.describe() if row is not None else f"engine_lite's defaults on {device}"
-
-
-def _block_size(engine: AsyncEngine) -> int:
-    """The engine's KV block size (16 on the PyTorch backend, 256 with flash-attn)."""
-    # AsyncEngine.block_size comes with engine_lite's device-defaults change; until then the
-    # runner it wraps holds the same number.
-    return int(getattr(engine, "block_size", None) or engine._engine.runner.block_size)
 
 
 def _device_name(device: str) -> str:

@@ -29,9 +29,14 @@ DEFAULT_MODEL_LEN = 8192
 # Prompt token ids must be valid for the served model; ids below 4096 are valid in every
 # Llama-family vocabulary, and lengths, not ids, drive serving time.
 SAFE_VOCAB = 4096
+
+
 # A server we did not start runs its own flags; without better knowledge the report compares
 # against what `vllm serve` runs when given none.
-ASSUMED_DEFAULTS = "vLLM's defaults as engine_lite states them (the server's own flags unseen)"
+def assumed_defaults() -> tuple[Knobs, str]:
+    """A server's defaults when its flags are unseen: vLLM 0.32's row for this machine."""
+    knobs, row = engine_defaults()
+    return knobs, f"{row}, assumed (the server's own flags are not seen)"
 
 
 # vLLM V1 metric names (vllm/v1/metrics/loggers.py); engine_lite exports the same ones.
@@ -156,7 +161,8 @@ class LaunchTarget(_HttpLevels):
                 "e.g. --max-num-batched-tokens {max_num_batched_tokens} to the command"
             )
         self.spec = spec
-        self.knobs = KnobSpace(engine_defaults(), frozenset(settable), ASSUMED_DEFAULTS,
+        defaults, source = assumed_defaults()
+        self.knobs = KnobSpace(defaults, frozenset(settable), source,
                                refusal="the --launch command has no {{{name}}}")  # fmt: skip
         self.facts = http_facts(TargetKind.LAUNCH, f"launched: {spec.template}", spec.model,
                                 max_model_len)  # fmt: skip
@@ -202,10 +208,11 @@ class UrlTarget(_HttpLevels):
         max_model_len: int | None = None,
     ) -> None:
         super().__init__(url, model, endpoint, prometheus)
+        defaults, source = assumed_defaults()
         self.knobs = KnobSpace(
-            engine_defaults(),
+            defaults,
             frozenset(),
-            ASSUMED_DEFAULTS,
+            source,
             refusal=f"the server at {url} cannot change it; use --launch 'CMD ... {{{{{{name}}}}}}'"
             " so each trial starts its own server",
         )

@@ -83,9 +83,7 @@ CATALOGUE: tuple[Knob, ...] = (
     # vLLM 0.32: floors the threshold at budget / (running + waiting).
     Knob("long_prefill_token_threshold_adaptive", "adaptive", KnobKind.BOOL,
          vllm_flag="--long-prefill-token-threshold-adaptive"),
-    # V0's partial-prefill limits and the policy are engine_lite extensions (DESIGN.md).
-    Knob("max_num_partial_prefills", "partial", vllm_flag="--max-num-partial-prefills"),
-    Knob("max_long_partial_prefills", "long_partial", vllm_flag="--max-long-partial-prefills"),
+    # An engine_lite extension (DESIGN.md): vLLM 0.32 has only decode_first's order.
     Knob("policy", "policy", KnobKind.POLICY),
 )  # fmt: skip
 KNOBS: dict[str, Knob] = {k.name: k for k in CATALOGUE}

@@ -5,6 +5,7 @@ import pytest
 from optuna.trial import FixedTrial
 
 from engine_lite import EngineConfig, Policy
+from engine_lite.defaults import CPU_DEVICE
 from tuner.errors import TuneError
 from tuner.search.space import (
     Choices,
@@ -17,11 +18,12 @@ from tuner.search.space import (
 from tuner.targets.knobs import KnobSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-DEFAULTS = EngineConfig().scheduler_knobs()
-ENGINE = KnobSpace(DEFAULTS, frozenset(DEFAULTS), "engine_lite's defaults")
-# A target with vLLM 0.32's knobs only: no partial-prefill limits, no policy.
+# vLLM 0.32's CPU defaults (2048 / 128), as a built-in engine on this machine runs them.
+DEFAULTS = EngineConfig().resolved(CPU_DEVICE, max_model_len=4096)[0].scheduler_knobs()
+ENGINE = KnobSpace(DEFAULTS, frozenset(DEFAULTS), "vLLM 0.32's CPU default")
+# A target with vLLM 0.32's knobs only: no policy.
 VLLM_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill",
-              "long_prefill_token_threshold")  # fmt: skip
+              "long_prefill_token_threshold", "long_prefill_token_threshold_adaptive")  # fmt: skip
 VLLM_LIKE = {k: DEFAULTS[k] for k in VLLM_KNOBS}
 FACTS = SpaceFacts(block_size=16, max_model_len=4096, longest_prompt=3000)
 
@@ -42,7 +44,8 @@ def sampled_configs(sp, n=60):
 
 def test_default_space_covers_the_vllm_default_and_every_sample_is_a_valid_engine_config():
     sp = space()
-    default = EngineConfig().scheduler_knobs()
+    default = dict(DEFAULTS)
+    assert (default["max_num_batched_tokens"], default["max_num_seqs"]) == (2048, 128)
     assert sp.expressible(default)
     for name, domain in sp.domains.items():  # the default lies inside every searched range
         if isinstance(domain, IntRange):
@@ -60,13 +63,12 @@ def test_default_space_covers_the_vllm_default_and_every_sample_is_a_valid_engin
 @pytest.mark.parametrize(
     "knobs",
     [
-        EngineConfig().scheduler_knobs(),
+        dict(DEFAULTS),
         {
-            **EngineConfig().scheduler_knobs(),
+            **DEFAULTS,
             "max_num_batched_tokens": 1024,
             "long_prefill_token_threshold": 256,
-            "max_num_partial_prefills": 3,
-            "max_long_partial_prefills": 2,
+            "long_prefill_token_threshold_adaptive": True,
             "policy": Policy.PREFILL_FIRST,
         },
     ],
@@ -81,13 +83,16 @@ def test_param_narrows_and_fix_pins():
         params=dict(
             [parse_param("max_num_batched_tokens=512..2048"), parse_param("policy=prefill_first")]
         ),
-        fixed=dict([parse_fix("max_num_partial_prefills=2")]),
+        fixed=dict([parse_fix("long_prefill_token_threshold_adaptive=true")]),
     )
     for knobs in sampled_configs(sp, 30):
         assert 512 <= knobs["max_num_batched_tokens"] <= 2048
         assert knobs["policy"] is Policy.PREFILL_FIRST
-        assert knobs["max_num_partial_prefills"] == 2
-    assert "max_num_partial_prefills" not in sp.domains
+        # pinned on, it stays on wherever a threshold is on (it only floors a threshold)
+        assert knobs["long_prefill_token_threshold_adaptive"] == bool(
+            knobs["long_prefill_token_threshold"]
+        )
+    assert "long_prefill_token_threshold_adaptive" not in sp.domains
 
 
 def test_param_adds_max_num_seqs_and_budget_stays_above_it():
@@ -138,7 +143,11 @@ def test_same_knob_searched_and_pinned_is_an_error():
 def test_a_target_searches_only_the_knobs_it_has():
     vllm = KnobSpace(VLLM_LIKE, frozenset(VLLM_LIKE), "vLLM 0.32's CPU row")
     sp = space(vllm)
-    assert set(sp.domains) == {"max_num_batched_tokens", "long_prefill_token_threshold"}
+    assert set(sp.domains) == {
+        "max_num_batched_tokens",
+        "long_prefill_token_threshold",
+        "long_prefill_token_threshold_adaptive",
+    }
     for knobs in sampled_configs(sp, 20):
         assert set(knobs) == set(VLLM_LIKE)
         assert 0 <= knobs["long_prefill_token_threshold"] <= knobs["max_num_batched_tokens"]
@@ -161,8 +170,8 @@ def test_a_knob_the_target_cannot_set_is_refused_in_one_line(settable, kw, named
 
 
 def test_a_narrowed_integer_range_still_runs_the_default_but_excluded_choices_cannot():
-    sp = space(params=dict([parse_param("max_num_batched_tokens=512..2048")]))
-    default = EngineConfig().scheduler_knobs()
+    sp = space(params=dict([parse_param("max_num_batched_tokens=256..1024")]))
+    default = dict(DEFAULTS)
     assert default["max_num_batched_tokens"] > sp.domains["max_num_batched_tokens"].high
     assert sp.expressible(default)
     with pytest.warns(UserWarning, match="out of the range"):

@@ -23,8 +23,11 @@ async def test_the_built_in_engine_declares_its_own_defaults_and_block_size(buil
     engine = builtin.engine
     assert builtin.knobs.defaults == engine.config.scheduler_knobs()
     assert builtin.knobs.settable == set(builtin.knobs.defaults)
-    assert builtin.knobs.default_source.startswith("engine_lite's defaults on cpu")
-    assert builtin.facts.block_size == engine._engine.runner.block_size
+    # On this CPU: vLLM 0.32's CPU row, and the report says so.
+    assert builtin.knobs.defaults["max_num_batched_tokens"] == 2048
+    assert builtin.knobs.defaults["max_num_seqs"] == 128
+    assert builtin.knobs.default_source.startswith("vLLM 0.32's CPU default")
+    assert builtin.facts.block_size == engine.block_size == 16
     assert (
         builtin.facts.max_model_len == engine.max_model_len and not builtin.facts.require_schedule
     )
@@ -49,7 +52,8 @@ def launch(template: str) -> LaunchTarget:
 async def test_a_launched_server_sets_exactly_the_knobs_its_command_names():
     target = launch("serve --port {port} --max-num-batched-tokens {max_num_batched_tokens}")
     assert target.knobs.settable == {"max_num_batched_tokens"}
-    assert target.knobs.defaults == engine_defaults()
+    assert target.knobs.defaults == engine_defaults()[0]
+    assert target.knobs.default_source.startswith("vLLM 0.32's CPU default")
     # A config that changes a knob the command cannot pass is refused before any server starts.
     with pytest.raises(TuneError, match=r"max_num_seqs=64: the --launch command has no \{max_"):
         await target.apply({"max_num_seqs": 64})
@@ -81,7 +85,7 @@ def test_a_knob_space_names_only_known_knobs_with_defaults():
 
 
 def test_flags_name_only_the_knobs_a_config_has():
-    # A vLLM 0.32 target has no partial-prefill limits and no policy.
+    # A vLLM 0.32 target has no policy knob (and vLLM 0.32 no partial-prefill limits at all).
     vllm = {"max_num_batched_tokens": 512, "max_num_seqs": 128, "enable_chunked_prefill": True,
             "long_prefill_token_threshold": 128,
             "long_prefill_token_threshold_adaptive": True}  # fmt: skip
@@ -89,19 +93,22 @@ def test_flags_name_only_the_knobs_a_config_has():
         "--max-num-batched-tokens 512 --max-num-seqs 128 --enable-chunked-prefill "
         "--long-prefill-token-threshold 128 --long-prefill-token-threshold-adaptive"
     )
-    assert "partial" not in vllm_flags(vllm) and flag_notes(vllm) == []
+    assert "partial" not in vllm_flags(vllm)
+    assert flag_notes(vllm) == [
+        "SGLang has no equivalent of --long-prefill-token-threshold-adaptive"
+    ]
     assert sglang_flags(vllm) == (
         "--chunked-prefill-size 128 --max-prefill-tokens 512 --max-running-requests 128 "
         "--enable-mixed-chunk"
     )
-    engine = {**engine_defaults(), "max_num_partial_prefills": 2, "policy": Policy.PREFILL_FIRST}
-    assert "--max-num-partial-prefills 2 --max-long-partial-prefills 1" in vllm_flags(engine)
-    assert len(flag_notes(engine)) == 2
+    engine = {**engine_defaults()[0], "policy": Policy.PREFILL_FIRST}
+    assert "policy" not in vllm_flags(engine) and "prefill_first" not in vllm_flags(engine)
+    assert len(flag_notes(engine)) == 1
     unchunked = {**vllm, "enable_chunked_prefill": False}
     assert vllm_flags(unchunked).endswith("--no-enable-chunked-prefill")
 
 
 def test_a_config_round_trips_through_json():
-    knobs = {**engine_defaults(), "policy": Policy.PREFILL_FIRST}
+    knobs = {**engine_defaults()[0], "policy": Policy.PREFILL_FIRST}
     assert knobs_from_json(knobs_to_json(knobs)) == knobs
     assert knobs_to_json(knobs)["policy"] == "prefill_first"
