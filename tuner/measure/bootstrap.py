@@ -23,16 +23,14 @@ Draw = np.ndarray | None  # indices of one resample of the requests; None: the r
 
 
 class RequestSamples:
-    """One set of requests' metric samples, kept per request so that a resample is a
-    concatenation, not a recompute. Values follow slo's definitions and percentiles."""
+    """One set of requests' metric samples, kept per request so that a resample is a gather,
+    not a recompute. Values follow slo's definitions and percentiles."""
 
     def __init__(self, records: Sequence[Any]) -> None:
         self.lats = measured_latencies(records)
         self.ok = np.array([lat.ok for lat in self.lats], dtype=bool)
-        self.per_metric = {
-            m: [np.asarray(metric_samples([lat], m), dtype=np.float64) for lat in self.lats]
-            for m in Metric
-        }
+        self.per_metric = {m: _Ragged([metric_samples([lat], m) for lat in self.lats])
+                           for m in Metric}  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.lats)
@@ -48,14 +46,33 @@ class RequestSamples:
         return pooled_error_rate([(self, idx)])
 
 
+class _Ragged:
+    """Per-request sample lists as one flat array, so a resample of requests is one gather."""
+
+    def __init__(self, rows: Sequence[Sequence[float]]) -> None:
+        self.lens = np.array([len(r) for r in rows], dtype=np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(self.lens)[:-1])).astype(np.int64)
+        self.flat = np.fromiter((v for r in rows for v in r), np.float64, int(self.lens.sum()))
+
+    def take(self, idx: Draw) -> np.ndarray:
+        """The samples of requests `idx` (all of them for None), concatenated."""
+        if idx is None:
+            return self.flat
+        lens = self.lens[idx]
+        total = int(lens.sum())
+        if total == 0:
+            return self.flat[:0]
+        # Each chosen request's samples are starts[i] .. starts[i] + lens[i] - 1.
+        offsets = np.repeat(self.starts[idx] - (np.cumsum(lens) - lens), lens)
+        return self.flat[offsets + np.arange(total)]
+
+
 Part = tuple[RequestSamples, Draw]  # one run's requests, as run or resampled
 
 
 def pooled_term_value(parts: Sequence[Part], term: SLOTerm) -> float:
     """slo.term_result's value over several runs' (re)sampled requests pooled."""
-    arrays = [(s.per_metric[term.metric], idx) for s, idx in parts]
-    chosen = [a for by_request, idx in arrays
-              for a in (by_request if idx is None else [by_request[i] for i in idx])]  # fmt: skip
+    chosen = [s.per_metric[term.metric].take(idx) for s, idx in parts]
     pooled = np.concatenate(chosen) if chosen else np.empty(0)
     if pooled.size:
         return stat_value(pooled, term.stat)  # type: ignore[arg-type]  # an array is a sequence
