@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from loadgen import RequestRecord, RequestSpec, arrival_offsets
 from slo import SLO, Metric, RunMetrics, evaluate
+from tuner.errors import TuneError
 from tuner.measure.judge import Run, judge_report, served_fraction
 from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict, VerdictRules
@@ -20,6 +21,13 @@ from tuner.targets.base import LevelReplay, ReplayPlan, ServerStats, Target
 Clock = Callable[[], float]
 # Seconds a level spends draining after its last arrival (the longest requests finishing).
 LEVEL_TAIL_S = 6.0
+# Tries of a level whose client fell behind its schedule before it counts as unmeasurable.
+LAG_TRIES = 3
+
+
+class ClientLagError(TuneError):
+    """The load generator, not the server, could not keep a level's schedule: a measurement
+    failure, never a server that missed its SLO."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,14 +157,24 @@ class Meter:
     clock: Clock = time.monotonic
 
     async def level(self, rate_rps: float) -> LevelRun:
-        """Replay the prefix of the list this rate takes, at this rate, and judge it."""
+        """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
+        whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
+        it raises `ClientLagError` instead of reporting the server as failing."""
         s = self.settings
         requests = s.requests_at(self.requests, rate_rps)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests), seed=s.seed,
                                   burstiness=s.burstiness)  # fmt: skip
-        start_s = self.clock()
-        replay = await self.target.replay(requests, offsets, s.replay)
-        return judge_replay(replay, rate_rps, self.slo, self.rules, self.clock() - start_s)
+        for _ in range(LAG_TRIES):
+            start_s = self.clock()
+            replay = await self.target.replay(requests, offsets, s.replay)
+            run = judge_replay(replay, rate_rps, self.slo, self.rules, self.clock() - start_s)
+            if replay.result.schedule_ok or not self.rules.require_schedule:
+                return run
+        raise ClientLagError(
+            f"the load generator fell behind its schedule at {rate_rps:.2f} req/s in "
+            f"{LAG_TRIES} tries ({'; '.join(replay.result.notes)}); this machine is too busy "
+            "to measure that rate: stop other work on it, or run tune on another machine"
+        )
 
     async def search_levels(
         self, search: RateSearch, deadline_s: float | None = None

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen import HttpTarget, RequestSpec, replay
+from loadgen import RequestSpec
 from tuner.errors import TuneError
 from tuner.targets.base import (
     LevelReplay,
@@ -20,6 +20,7 @@ from tuner.targets.base import (
     span_s,
 )
 from tuner.targets.builtin import engine_defaults
+from tuner.targets.client_process import ClientProcess, ReplayJob
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
 from tuner.targets.launch import LaunchedServer, LaunchSpec
 
@@ -120,16 +121,19 @@ class _HttpLevels:
 
     def __init__(self, url: str, model: str, endpoint: str, prom: PrometheusProbe | None) -> None:
         self.url = url
+        self.model = model
+        self.endpoint = endpoint
         self.prometheus = prom
-        self._client = HttpTarget(url, model, endpoint=endpoint)
+        # The load loop runs in a child process nothing else in `tune` can stall.
+        self._loader = ClientProcess()
 
     async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
                      plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         if self.prometheus is not None:
             await self.prometheus.begin()
-        result = await replay(self._client, list(requests), offsets, warmup=plan.warmup,
-                              timeout_s=plan.timeout_s, progress=False,
-                              lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
+        job = ReplayJob(self.url, self.model, self.endpoint, len(requests), list(offsets),
+                        plan.warmup, plan.timeout_s, plan.lag_tolerance_s)  # fmt: skip
+        result = await self._loader.replay(requests, job)
         self.check_alive()
         server = ServerStats()
         if self.prometheus is not None:
@@ -177,7 +181,7 @@ class LaunchTarget(_HttpLevels):
         if self._server is not None and config == self._knobs:
             self._server.check_alive()
             return  # same config as the running server: no restart
-        await self.close()
+        await self._stop_server()
         self._knobs = config
         self._launches += 1
         log = self.log_dir / f"server-{self._launches:03d}.log" if self.log_dir else None
@@ -190,10 +194,14 @@ class LaunchTarget(_HttpLevels):
         if self._server is not None:
             self._server.check_alive()
 
-    async def close(self) -> None:
+    async def _stop_server(self) -> None:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+
+    async def close(self) -> None:
+        await self._stop_server()
+        await self._loader.close()
 
 
 class UrlTarget(_HttpLevels):
@@ -222,4 +230,4 @@ class UrlTarget(_HttpLevels):
         self.knobs.complete(knobs)  # a config it cannot run is refused, not measured as another
 
     async def close(self) -> None:
-        return None
+        await self._loader.close()
