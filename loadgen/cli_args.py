@@ -7,7 +7,7 @@ import sys
 from typing import NoReturn
 
 from loadgen.arrivals import ArrivalKind
-from loadgen.runner import DEFAULT_LAG_TOLERANCE_S
+from loadgen.schedule import DEFAULT_LAG_TOLERANCE_S
 from loadgen.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS
 
 DESCRIPTION = "Replay a workload against a server (or the built-in engine) and judge it by an SLO."
