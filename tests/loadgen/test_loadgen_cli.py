@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,46 @@ def test_a_fresh_process_against_a_dead_url_prints_exactly_one_line(unused_tcp_p
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: cannot reach {url}") and proc.stderr.count("\n") == 1
+
+
+def _fresh_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The `loadgen` command in its own interpreter, bounded in time."""
+    code = "from loadgen.cli import main; raise SystemExit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("slo", ["", "   "])
+def test_an_empty_slo_is_an_error_not_no_slo(server_url, slo):
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--slo", slo)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: SLO ") and "is empty" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_an_unwritable_out_fails_before_measuring(server_url, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for out in (blocker / "sub", blocker):
+        proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(out))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.startswith(f"error: --out '{out}' is not writable")
+        assert proc.stderr.count("\n") == 1
+    taken = tmp_path / "run"
+    (taken / "result.json").mkdir(parents=True)
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(taken))
+    assert proc.returncode == 2 and "is not writable" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_fails_before_measuring(server_url, tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o555)
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(out))
+    assert proc.returncode == 2 and "is not writable (Permission denied" in proc.stderr

@@ -1,4 +1,4 @@
-"""loadgen's layering: no module imports back one that imports it."""
+"""loadgen's layering: no module imports back one that imports it, and no server internals."""
 
 from __future__ import annotations
 
@@ -44,3 +44,14 @@ def test_no_loadgen_module_imports_itself_back():
     graph = _graph()
     cycles = [c for name in sorted(graph) if (c := _cycle_from(name, graph))]
     assert not cycles, " ; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_loadgen_uses_no_server_internals():
+    # The in-process driver may use the engine's public API; nothing in loadgen reaches into
+    # engine_lite.server, whose flag and HTTP details are the server's own.
+    users = [
+        p.name
+        for p in LOADGEN.glob("*.py")
+        if any(m.startswith("engine_lite.server") for m in _imports(p))
+    ]
+    assert users == []
