@@ -14,6 +14,10 @@ import numpy as np
 
 from loadgen.errors import LoadgenError
 
+# The longest schedule a replay takes: past it a timestamp is in the wrong unit or corrupt,
+# or a rate is a typo, and the replay would sleep until killed. A week-long trace still fits.
+MAX_SCHEDULE_S = 30 * 86400.0
+
 
 class ArrivalKind(enum.StrEnum):
     POISSON = "poisson"

@@ -40,6 +40,8 @@ async def _run(args: argparse.Namespace) -> int:
     target, engine, meta = await open_target(args)
     try:
         wl = _workload(args, meta.max_model_len, meta.vocab_size)
+        for note in wl.notes:  # before the run: it may be long, and the user may want to stop
+            print(f"loadgen: {note}", file=sys.stderr, flush=True)
         offsets = _offsets(args, wl)
         progress = not args.no_progress and sys.stderr.isatty()
         res = await replay(
@@ -87,6 +89,7 @@ def _workload(args: argparse.Namespace, max_model_len: int, vocab_size: int) -> 
         trace_format=args.trace_format,
         trace_start=start,
         length_scale=args.length_scale,
+        on_long=args.on_long,
     )
 
 
@@ -119,6 +122,7 @@ def _info(args: argparse.Namespace, wl: Workload, meta: TargetMeta) -> RunInfo:
         burstiness=args.burstiness,
         seed=args.seed,
         warmup=args.warmup,
+        workload_notes=wl.notes,
     )
 
 

@@ -198,3 +198,34 @@ def test_a_read_only_out_fails_before_measuring(server_url, tmp_path):
     out.mkdir(mode=0o555)
     proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(out))
     assert proc.returncode == 2 and "is not writable (Permission denied" in proc.stderr
+
+
+def test_a_corrupt_trace_timestamp_fails_at_once_instead_of_hanging(server_url, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp_s": 0, "input_len": 5, "output_len": 2}\n'
+        '{"timestamp_s": 1e300, "input_len": 5, "output_len": 2}\n'
+    )
+    proc = _fresh_process("--url", server_url, "--workload", "trace", "--trace-file", str(trace))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: t.jsonl:2 is 1e+300 s after the first row")
+
+
+def test_long_trace_rows_are_counted_and_on_long_is_honoured(server_url, tmp_path):
+    trace = tmp_path / "mc.jsonl"
+    rows = [
+        {"timestamp": 10 * i, "input_length": 900 if i else 300, "output_length": 4}
+        for i in range(3)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ("--url", server_url, "--workload", "trace", "--trace-file", str(trace))
+    base += ("--max-model-len", "512", "--json")
+    proc = _fresh_process(*base)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("loadgen: 2 of 3 trace rows are longer than max_model_len 512")
+    result = json.loads(proc.stdout)
+    assert result["completed"] == 3 and "had their prompts cut" in result["workload_notes"][0]
+    proc = _fresh_process(*base, "--on-long", "skip")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["completed"] == 1
+    proc = _fresh_process(*base, "--on-long", "error")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: mc.jsonl:2 has prompt 900")
