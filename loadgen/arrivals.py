@@ -44,6 +44,8 @@ def arrival_pattern(
     kind = _kind(kind)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise LoadgenError(f"number of arrivals n={n!r} is invalid; use an integer >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LoadgenError(f"seed={seed!r} is invalid; use an integer >= 0")
     if kind is ArrivalKind.TRACE:
         offsets = _trace_offsets(timestamps, n)
     else:

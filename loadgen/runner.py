@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 
+from loadgen.arrivals import MAX_SCHEDULE_S
 from loadgen.errors import LoadgenError
 from loadgen.progress import Counters, progress_display
 from loadgen.schedule import (
@@ -19,6 +21,7 @@ from loadgen.target import Target
 from loadgen.workers import replay_in_workers
 from loadgen.workloads import RequestSpec
 
+WORKERS_PER_CORE = 4
 START_DELAY_S = 0.05  # room to create the first tasks before the first scheduled send
 
 __all__ = ["DEFAULT_LAG_TOLERANCE_S", "ReplayResult", "replay"]
@@ -73,21 +76,45 @@ def _validate(
 ) -> None:
     if not requests:
         raise LoadgenError("no requests to replay; build a workload with num_requests >= 1")
-    if len(offsets) != len(requests):
-        raise LoadgenError(
-            f"{len(offsets)} arrival offsets for {len(requests)} requests; pass one per request"
-        )
-    if any(not (math.isfinite(o) and o >= 0) for o in offsets):
-        raise LoadgenError(
-            "arrival offsets must be finite and >= 0; build them with arrival_offsets()"
-        )
+    _check_offsets(offsets, len(requests))
     if isinstance(warmup, bool) or not 0 <= warmup < len(requests):
         raise LoadgenError(
             f"warmup={warmup!r} is invalid; use 0 <= warmup < {len(requests)} (the request count)"
         )
     if not timeout_s > 0:
         raise LoadgenError(f"timeout={timeout_s!r} s is invalid; use a positive number of seconds")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LoadgenError(f"workers={workers!r} is invalid; use an integer >= 1")
+    _check_workers(workers, len(requests))
     if not lag_tolerance_s > 0:
         raise LoadgenError(f"lag tolerance {lag_tolerance_s!r} s is invalid; use a positive number")
+
+
+def _check_offsets(offsets: Sequence[float], num_requests: int) -> None:
+    if len(offsets) != num_requests:
+        raise LoadgenError(
+            f"{len(offsets)} arrival offsets for {num_requests} requests; pass one per request"
+        )
+    if any(o < 0 for o in offsets):  # NaN passes here and fails below
+        raise LoadgenError("arrival offsets must be >= 0; build them with arrival_offsets()")
+    # A rate typed as 1e-300 or a time scale as 1e300 would sleep until the process is killed.
+    last = max(offsets, key=lambda o: math.inf if math.isnan(o) else o)
+    if not last <= MAX_SCHEDULE_S:
+        raise LoadgenError(
+            f"the last request would be sent {last:.3g} s after the first, past the "
+            f"{MAX_SCHEDULE_S / 86400:g}-day limit of a replay; raise the rate or lower the "
+            "trace's time scale"
+        )
+
+
+def _check_workers(workers: int, num_requests: int) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise LoadgenError(f"workers={workers!r} is invalid; use an integer >= 1")
+    # Each worker is a process with its own event loop: a few per core is already more than
+    # can run at once, and more than the requests would sit idle. 100000 would try to spawn
+    # them all.
+    cores = os.cpu_count() or 1
+    most = min(WORKERS_PER_CORE * cores, num_requests)
+    if workers > most:
+        raise LoadgenError(
+            f"workers={workers} is more than can help here ({cores} CPU cores, "
+            f"{num_requests} requests); use at most {most}"
+        )

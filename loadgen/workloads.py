@@ -16,6 +16,7 @@ from loadgen.trace_fit import OnLong, fit_to_context
 # Token ids 0..3 are special in most vocabularies (pad/bos/eos/unk); prompts avoid them.
 FIRST_PROMPT_TOKEN_ID = 4
 DEFAULT_VOCAB_SIZE = 4096  # the `tiny` preset's; any larger vocabulary accepts these ids too
+MAX_LENGTH_SCALE = 1e4
 WORKLOADS = ("chat", "code", "rag", "summarize", "agent", "mixed", "random", "trace")
 
 
@@ -88,7 +89,7 @@ def build_workload(
     than `max_model_len` are clipped, skipped or refused as `on_long` says (see `OnLong`), and
     `notes` counts them.
     """
-    _check_common(name, num_requests, max_model_len, vocab_size, length_scale)
+    _check_common(name, seed, num_requests, max_model_len, vocab_size, length_scale)
     scale = presets.length_scale_for(max_model_len) if length_scale is None else length_scale
     threshold = long_prompt_threshold or max(1, max_model_len // 8)
     rng = np.random.default_rng(seed)
@@ -198,6 +199,7 @@ def _need_count(name: str, num_requests: int | None) -> int:
 
 def _check_common(
     name: str,
+    seed: int,
     num_requests: int | None,
     max_model_len: int,
     vocab_size: int,
@@ -213,5 +215,11 @@ def _check_common(
         raise LoadgenError(
             f"vocab_size={vocab_size!r} is too small; use more than {FIRST_PROMPT_TOKEN_ID}"
         )
-    if length_scale is not None and not length_scale > 0:
-        raise LoadgenError(f"length_scale={length_scale!r} is invalid; use a positive number")
+    # Past 10^4 every length is clipped to the context anyway, and far past it (1e300) the
+    # scaled lengths overflow int64 and came out negative.
+    if length_scale is not None and not 0 < length_scale <= MAX_LENGTH_SCALE:
+        raise LoadgenError(
+            f"length_scale={length_scale!r} is invalid; use a number in (0, {MAX_LENGTH_SCALE:g}]"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LoadgenError(f"seed={seed!r} is invalid; use an integer >= 0")
