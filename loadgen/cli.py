@@ -35,8 +35,8 @@ async def _run(args: argparse.Namespace) -> int:
     # A typo fails before any work; an empty --slo is a typo too, not "no SLO".
     slo = parse_slo(args.slo) if args.slo is not None else None
     _check_args(args)
-    if args.out:
-        prepare_out_dir(Path(args.out))
+    if args.out is not None:
+        prepare_out_dir(args.out)
     target, engine, meta = await open_target(args)
     try:
         wl = _workload(args, meta.max_model_len, meta.vocab_size)
@@ -65,7 +65,7 @@ async def _run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         print_tables(result, Console())
-    if args.out:
+    if args.out is not None:
         write_out(Path(args.out), res, result)
     return 0
 

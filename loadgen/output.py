@@ -19,9 +19,13 @@ RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
 
-def prepare_out_dir(out: Path) -> None:
-    """Creates `out` and proves a file can be written there, so a run is never measured only
-    to be lost: a path under a file, a read-only folder or a full disk fails here, at once."""
+def prepare_out_dir(given: str) -> None:
+    """Creates the `--out` folder and proves a file can be written there, so a run is never
+    measured only to be lost: a path under a file, a read-only folder or a full disk fails
+    here, at once."""
+    if not given.strip():
+        raise LoadgenError("--out '' is empty; name a folder for records.jsonl and result.json")
+    out = Path(given)
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name in (RESULT_FILE, RECORDS_FILE):

@@ -94,6 +94,7 @@ def test_trace_slice_replays_with_its_own_timing(server_url, capsys):
         (["--num-requests", "0"], "--num-requests 0"),
         (["--arrival", "trace", "--workload", "chat"], "trace arrivals need"),
         (["--rate", "-1"], "rate=-1.0"),
+        (["--out", ""], "--out '' is empty"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(server_url, capsys, argv, named):
