@@ -14,6 +14,10 @@ import numpy as np
 
 from loadgen.errors import LoadgenError
 
+# The longest schedule a replay takes: past it a timestamp is in the wrong unit or corrupt,
+# or a rate is a typo, and the replay would sleep until killed. A week-long trace still fits.
+MAX_SCHEDULE_S = 30 * 86400.0
+
 
 class ArrivalKind(enum.StrEnum):
     POISSON = "poisson"
@@ -40,6 +44,8 @@ def arrival_pattern(
     kind = _kind(kind)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise LoadgenError(f"number of arrivals n={n!r} is invalid; use an integer >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LoadgenError(f"seed={seed!r} is invalid; use an integer >= 0")
     if kind is ArrivalKind.TRACE:
         offsets = _trace_offsets(timestamps, n)
     else:

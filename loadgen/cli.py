@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from loadgen.arrivals import ArrivalKind, arrival_offsets
-from loadgen.cli_args import (
-    DEFAULT_NUM_REQUESTS,
-    ENGINE_INT_FLAGS,
-    ENGINE_OTHER_FLAGS,
-    build_parser,
-)
-from loadgen.client import HttpTarget
+from loadgen.cli_args import DEFAULT_NUM_REQUESTS, build_parser
+from loadgen.cli_target import TargetMeta, open_target
 from loadgen.errors import LoadgenError
-from loadgen.presets import REFERENCE_MODEL_LEN
-from loadgen.records import RequestRecord
-from loadgen.report import RunInfo, build_result, print_tables, record_rows
-from loadgen.runner import ReplayResult, replay
-from loadgen.target import Target
+from loadgen.output import prepare_out_dir, write_out
+from loadgen.report import RunInfo, build_result, print_tables
+from loadgen.runner import replay
 from loadgen.workers import run_event_loop
-from loadgen.workloads import DEFAULT_VOCAB_SIZE, Workload, build_workload
+from loadgen.workloads import Workload, build_workload
 from slo import SLOError, parse_slo
 
 
@@ -33,9 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run_event_loop(_run(args))
-    except ValueError as exc:  # every user error is one of the project's ValueErrors
-        if not _is_user_error(exc):
-            raise
+    except (LoadgenError, SLOError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -43,11 +32,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    slo = parse_slo(args.slo) if args.slo else None  # a typo fails before any work
+    # A typo fails before any work; an empty --slo is a typo too, not "no SLO".
+    slo = parse_slo(args.slo) if args.slo is not None else None
     _check_args(args)
-    target, engine, meta = await _open_target(args)
+    if args.out is not None:
+        prepare_out_dir(args.out)
+    target, engine, meta = await open_target(args)
     try:
         wl = _workload(args, meta.max_model_len, meta.vocab_size)
+        for note in wl.notes:  # before the run: it may be long, and the user may want to stop
+            print(f"loadgen: {note}", file=sys.stderr, flush=True)
         offsets = _offsets(args, wl)
         progress = not args.no_progress and sys.stderr.isatty()
         res = await replay(
@@ -64,67 +58,16 @@ async def _run(args: argparse.Namespace) -> int:
         if engine is not None:
             await engine.shutdown()
     result = build_result(_info(args, wl, meta), res, slo)
-    if args.out:
-        _write_out(Path(args.out), res, result)
+    # Printed first: should writing --out still fail (a full disk), the numbers are on screen.
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result), flush=True)
     else:
         from rich.console import Console
 
         print_tables(result, Console())
+    if args.out is not None:
+        write_out(Path(args.out), res, result)
     return 0
-
-
-@dataclasses.dataclass(slots=True)
-class TargetMeta:
-    """What the target says about its model, and the backend name for the result."""
-
-    max_model_len: int
-    vocab_size: int
-    model_id: str
-    backend: str
-
-
-async def _open_target(args: argparse.Namespace) -> tuple[Target, Any, TargetMeta]:
-    """The target, the engine to shut down (--builtin) and what it says about the model."""
-    if args.builtin:
-        from engine_lite import AsyncEngine, EngineConfig
-
-        knobs = {f: getattr(args, f) for f in (*ENGINE_INT_FLAGS, *ENGINE_OTHER_FLAGS)}
-        knobs = {k: v for k, v in knobs.items() if v is not None}
-        if args.max_model_len:
-            knobs["max_model_len"] = args.max_model_len
-        engine = AsyncEngine(_engine_config(EngineConfig, args.model or "tiny", knobs))
-        await engine.start()
-        from loadgen.inprocess import InProcessTarget
-
-        meta = TargetMeta(
-            engine.max_model_len, engine.vocab_size, engine.config.model, "engine-lite-inprocess"
-        )
-        return InProcessTarget(engine), engine, meta
-    probe = HttpTarget(args.url, args.model, args.endpoint, api_key=args.api_key)
-    await probe.open()  # one clear line if the server cannot be reached
-    card = await probe.server_info()
-    await probe.close()
-    model = args.model or card.get("id")
-    meta = TargetMeta(
-        max_model_len=int(args.max_model_len or card.get("max_model_len") or REFERENCE_MODEL_LEN),
-        vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE,
-        model_id=model or "",
-        backend="openai" if args.endpoint == "completions" else "openai-chat",
-    )
-    return HttpTarget(args.url, model, args.endpoint, api_key=args.api_key), None, meta
-
-
-def _engine_config(config_cls: Any, model: str, knobs: dict[str, Any]) -> Any:
-    """The validated engine config; its errors speak of our flags, not of field names."""
-    from engine_lite.errors import EngineLiteError
-    from engine_lite.server.args import as_flag
-
-    try:
-        return config_cls(model=model, **knobs)
-    except EngineLiteError as exc:
-        raise EngineLiteError(as_flag(str(exc))) from None
 
 
 def _workload(args: argparse.Namespace, max_model_len: int, vocab_size: int) -> Workload:
@@ -146,6 +89,7 @@ def _workload(args: argparse.Namespace, max_model_len: int, vocab_size: int) -> 
         trace_format=args.trace_format,
         trace_start=start,
         length_scale=args.length_scale,
+        on_long=args.on_long,
     )
 
 
@@ -178,23 +122,8 @@ def _info(args: argparse.Namespace, wl: Workload, meta: TargetMeta) -> RunInfo:
         burstiness=args.burstiness,
         seed=args.seed,
         warmup=args.warmup,
+        workload_notes=wl.notes,
     )
-
-
-def _write_out(out: Path, res: ReplayResult, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    derived = {row["index"]: row for row in record_rows(res.records)}
-    with (out / "records.jsonl").open("w", encoding="utf-8") as fh:
-        for rec in res.records:
-            row = {**dataclasses.asdict(rec), **derived.get(rec.index, {})}
-            fh.write(json.dumps(_json_row(rec, row)) + "\n")
-    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-
-
-def _json_row(rec: RequestRecord, row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
-    }
 
 
 def _parse_slice(text: str) -> tuple[int, int | None]:
@@ -222,14 +151,6 @@ def _check_args(args: argparse.Namespace) -> None:
             )
     if args.warmup < 0:
         raise LoadgenError(f"--warmup {args.warmup} is invalid; use an integer >= 0")
-
-
-def _is_user_error(exc: ValueError) -> bool:
-    kinds: tuple[type[BaseException], ...] = (LoadgenError, SLOError)
-    engine_errors = sys.modules.get("engine_lite.errors")
-    if engine_errors is not None:
-        kinds += (engine_errors.EngineLiteError,)
-    return isinstance(exc, kinds)
 
 
 __all__ = ["build_parser", "main"]

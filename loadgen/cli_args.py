@@ -7,7 +7,8 @@ import sys
 from typing import NoReturn
 
 from loadgen.arrivals import ArrivalKind
-from loadgen.runner import DEFAULT_LAG_TOLERANCE_S
+from loadgen.schedule import DEFAULT_LAG_TOLERANCE_S
+from loadgen.trace_fit import OnLong
 from loadgen.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS
 
 DESCRIPTION = "Replay a workload against a server (or the built-in engine) and judge it by an SLO."
@@ -89,6 +90,13 @@ def build_parser() -> OneLineParser:
     )
     w.add_argument("--trace-format", choices=["azure", "mooncake", "jsonl"])
     w.add_argument("--slice", help="trace rows START:END")
+    w.add_argument(
+        "--on-long",
+        choices=[p.value for p in OnLong],
+        default=OnLong.CLIP.value,
+        help="trace rows longer than max_model_len: clip the prompt to fit (default), skip "
+        "the row, or stop with an error; the count is printed",
+    )
     a = p.add_argument_group("arrivals")
     a.add_argument(
         "--rate", type=float, help="requests/s (inf = all at once; trace default: its own timing)"

@@ -132,9 +132,8 @@ class HttpTarget:
         try:
             timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
             async with session.get(url, headers=self._headers, timeout=timeout) as resp:
-                if resp.status != 200:
-                    return {}
-                body = await resp.json(content_type=None)
+                status = resp.status
+                body = await resp.json(content_type=None) if status == 200 else None
         except (TimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
             reason = _reason(exc) or f"no answer within {self.config.connect_timeout_s:g} s"
             raise LoadgenError(
@@ -142,6 +141,11 @@ class HttpTarget:
             ) from None
         except (ValueError, aiohttp.ContentTypeError):
             return {}
+        if status in (401, 403):  # every request would fail the same way: say it once, now
+            raise LoadgenError(
+                f"{self.base_url} refused the API key (HTTP {status}); pass the server's key "
+                "with --api-key"
+            )
         data = body.get("data") if isinstance(body, dict) else None
         return data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
 
@@ -266,6 +270,13 @@ def normalize_base_url(url: str) -> str:
     """`http://host:8000`, `.../v1` or `.../v1/` all name the same server."""
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise LoadgenError(f"url {url!r} is invalid; use http://HOST:PORT")
+    try:  # a port past 65535 or an unclosed [IPv6 bracket only fails when parsed
+        parsed = yarl.URL(url)
+        has_host = bool(parsed.host) and parsed.port is not None
+    except ValueError as exc:
+        raise LoadgenError(f"url {url!r} is invalid ({exc}); use http://HOST:PORT") from None
+    if not has_host:
+        raise LoadgenError(f"url {url!r} has no host; use http://HOST:PORT")
     base = url.rstrip("/")
     for suffix in ("/v1/completions", "/v1/chat/completions", "/v1"):
         base = base.removesuffix(suffix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.records import RequestRecord
@@ -28,6 +28,7 @@ class RunInfo:
     burstiness: float
     seed: int
     warmup: int
+    workload_notes: list[str] = field(default_factory=list)
 
 
 def build_result(info: RunInfo, res: ReplayResult, slo: SLO | None) -> dict[str, Any]:
@@ -47,6 +48,7 @@ def build_result(info: RunInfo, res: ReplayResult, slo: SLO | None) -> dict[str,
     out.update(
         workload=info.workload,
         workload_fingerprint=info.fingerprint,
+        workload_notes=info.workload_notes,
         arrival=info.arrival,
         seed=info.seed,
         warmup=info.warmup,

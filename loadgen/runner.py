@@ -2,53 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import math
+import os
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
-import numpy as np
-
+from loadgen.arrivals import MAX_SCHEDULE_S
 from loadgen.errors import LoadgenError
-from loadgen.lag import LoopLagMonitor
-from loadgen.progress import Counters, MutableCounters, progress_display
-from loadgen.records import RequestRecord
+from loadgen.progress import Counters, progress_display
+from loadgen.schedule import (
+    DEFAULT_LAG_TOLERANCE_S,
+    ReplayResult,
+    frozen_gc,
+    run_schedule,
+    summarize,
+)
 from loadgen.target import Target
+from loadgen.workers import replay_in_workers
 from loadgen.workloads import RequestSpec
 
-DEFAULT_LAG_TOLERANCE_S = 0.010
+WORKERS_PER_CORE = 4
 START_DELAY_S = 0.05  # room to create the first tasks before the first scheduled send
 
-
-@dataclass(slots=True)
-class ReplayResult:
-    """Records of one replay and whether the client kept its schedule.
-
-    `schedule_ok` is False when the p99 of the loop's timer lag or of the send lag (actual
-    minus scheduled send time) exceeded `lag_tolerance_s`: the client, not the server, was
-    the bottleneck, and latencies measured in such a run cannot be trusted. `notes` says why.
-    """
-
-    records: list[RequestRecord]
-    start_s: float
-    max_loop_lag_s: float
-    p99_loop_lag_s: float
-    max_send_lag_s: float
-    p99_send_lag_s: float
-    lag_tolerance_s: float
-    workers: int = 1
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def schedule_ok(self) -> bool:
-        return not self.notes
-
-    @property
-    def measured(self) -> list[RequestRecord]:
-        return [r for r in self.records if not r.warmup]
+__all__ = ["DEFAULT_LAG_TOLERANCE_S", "ReplayResult", "replay"]
 
 
 async def replay(
@@ -70,8 +46,6 @@ async def replay(
     """
     _validate(requests, offsets, warmup, timeout_s, workers, lag_tolerance_s)
     if workers > 1:
-        from loadgen.workers import replay_in_workers
-
         return await replay_in_workers(
             target, requests, offsets, warmup, timeout_s, progress, workers, lag_tolerance_s
         )
@@ -92,116 +66,6 @@ async def replay(
     )
 
 
-@contextlib.contextmanager
-def frozen_gc() -> Iterator[None]:
-    """Freeze the heap for the run, as vLLM does before a benchmark
-    (vllm.utils.gc_utils.freeze_gc_heap): collections of long-lived objects would otherwise
-    pause the loop mid-measurement. No full collection first: with torch loaded it takes a
-    sizeable fraction of a second and frees tensor memory that the in-process engine then
-    faults back in, which halved its measured throughput on a 2-core CPU."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-async def run_schedule(
-    target: Target,
-    specs: Sequence[RequestSpec],
-    scheduled_s: Sequence[float],
-    warmup_flags: Sequence[bool],
-    timeout_s: float,
-    counters: MutableCounters,
-) -> tuple[list[RequestRecord], LoopLagMonitor]:
-    """Dispatch each spec at its absolute `scheduled_s` (monotonic) in this event loop."""
-    records = [
-        RequestRecord(s.index, s.class_name, s.prompt_len, s.output_len, t, warmup=w)
-        for s, t, w in zip(specs, scheduled_s, warmup_flags, strict=True)
-    ]
-    monitor = LoopLagMonitor()
-    loop = asyncio.get_running_loop()
-    tasks: list[asyncio.Task[None]] = []
-    monitor.start()
-    try:
-        for i in sorted(range(len(specs)), key=scheduled_s.__getitem__):
-            prepared = target.prepare(specs[i])
-            # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again.
-            while (delay := scheduled_s[i] - time.monotonic()) > 0:
-                await asyncio.sleep(delay)
-            tasks.append(
-                loop.create_task(_one(target, specs[i], prepared, records[i], timeout_s, counters))
-            )
-            counters.sent += 1
-        await asyncio.gather(*tasks)
-    finally:
-        await monitor.stop()
-    return records, monitor
-
-
-async def _one(
-    target: Target,
-    spec: RequestSpec,
-    prepared: object,
-    record: RequestRecord,
-    timeout_s: float,
-    counters: MutableCounters,
-) -> None:
-    try:
-        await target.send(spec, prepared, record, timeout_s)
-    except Exception as exc:  # a client bug must not end the run: it becomes a failed record
-        record.fail(f"client error: {type(exc).__name__}: {exc}", time.monotonic())
-    finally:
-        counters.done += 1
-
-
-def summarize(
-    records: list[RequestRecord],
-    start_s: float,
-    lag_samples: list[list[float]],
-    tolerance_s: float,
-    workers: int,
-    judge_loop_lag: bool = True,
-) -> ReplayResult:
-    """Fold loop-lag samples (one list per process) and send lags into a `ReplayResult`.
-
-    Loop lag only condemns a run whose chunk arrival times are stamped by the loop (HTTP); the
-    in-process engine stamps its own tokens, and its late sends show up as send lag.
-    """
-    loop_lags = np.asarray([x for s in lag_samples for x in s] or [0.0])
-    send_lags = np.asarray(
-        [r.sent_s - r.scheduled_s for r in records if math.isfinite(r.sent_s)] or [0.0]
-    )
-    p99_loop, p99_send = float(np.percentile(loop_lags, 99)), float(np.percentile(send_lags, 99))
-    remedy = (
-        "use more --workers or a lower rate"
-        if judge_loop_lag
-        else "the engine's step thread kept the event loop from running; lower the rate"
-    )
-    notes = []
-    if judge_loop_lag and p99_loop > tolerance_s:
-        notes.append(
-            f"client event loop lagged (p99 {p99_loop * 1e3:.1f} ms > {tolerance_s * 1e3:g} ms): "
-            f"chunk timestamps may be late; {remedy}"
-        )
-    if p99_send > tolerance_s:
-        notes.append(
-            f"client fell behind its schedule (p99 send lag {p99_send * 1e3:.1f} ms > "
-            f"{tolerance_s * 1e3:g} ms); {remedy}"
-        )
-    return ReplayResult(
-        records=records,
-        start_s=start_s,
-        max_loop_lag_s=float(loop_lags.max()),
-        p99_loop_lag_s=p99_loop,
-        max_send_lag_s=float(send_lags.max()),
-        p99_send_lag_s=p99_send,
-        lag_tolerance_s=tolerance_s,
-        workers=workers,
-        notes=notes,
-    )
-
-
 def _validate(
     requests: Sequence[RequestSpec],
     offsets: Sequence[float],
@@ -212,21 +76,45 @@ def _validate(
 ) -> None:
     if not requests:
         raise LoadgenError("no requests to replay; build a workload with num_requests >= 1")
-    if len(offsets) != len(requests):
-        raise LoadgenError(
-            f"{len(offsets)} arrival offsets for {len(requests)} requests; pass one per request"
-        )
-    if any(not (math.isfinite(o) and o >= 0) for o in offsets):
-        raise LoadgenError(
-            "arrival offsets must be finite and >= 0; build them with arrival_offsets()"
-        )
+    _check_offsets(offsets, len(requests))
     if isinstance(warmup, bool) or not 0 <= warmup < len(requests):
         raise LoadgenError(
             f"warmup={warmup!r} is invalid; use 0 <= warmup < {len(requests)} (the request count)"
         )
     if not timeout_s > 0:
         raise LoadgenError(f"timeout={timeout_s!r} s is invalid; use a positive number of seconds")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LoadgenError(f"workers={workers!r} is invalid; use an integer >= 1")
+    _check_workers(workers, len(requests))
     if not lag_tolerance_s > 0:
         raise LoadgenError(f"lag tolerance {lag_tolerance_s!r} s is invalid; use a positive number")
+
+
+def _check_offsets(offsets: Sequence[float], num_requests: int) -> None:
+    if len(offsets) != num_requests:
+        raise LoadgenError(
+            f"{len(offsets)} arrival offsets for {num_requests} requests; pass one per request"
+        )
+    if any(o < 0 for o in offsets):  # NaN passes here and fails below
+        raise LoadgenError("arrival offsets must be >= 0; build them with arrival_offsets()")
+    # A rate typed as 1e-300 or a time scale as 1e300 would sleep until the process is killed.
+    last = max(offsets, key=lambda o: math.inf if math.isnan(o) else o)
+    if not last <= MAX_SCHEDULE_S:
+        raise LoadgenError(
+            f"the last request would be sent {last:.3g} s after the first, past the "
+            f"{MAX_SCHEDULE_S / 86400:g}-day limit of a replay; raise the rate or lower the "
+            "trace's time scale"
+        )
+
+
+def _check_workers(workers: int, num_requests: int) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise LoadgenError(f"workers={workers!r} is invalid; use an integer >= 1")
+    # Each worker is a process with its own event loop: a few per core is already more than
+    # can run at once, and more than the requests would sit idle. 100000 would try to spawn
+    # them all.
+    cores = os.cpu_count() or 1
+    most = min(WORKERS_PER_CORE * cores, num_requests)
+    if workers > most:
+        raise LoadgenError(
+            f"workers={workers} is more than can help here ({cores} CPU cores, "
+            f"{num_requests} requests); use at most {most}"
+        )

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from loadgen.errors import LoadgenError
 from loadgen.progress import progress_display
 from loadgen.records import RequestRecord
+from loadgen.schedule import ReplayResult, frozen_gc, run_schedule, summarize
 from loadgen.target import Target
 from loadgen.workloads import RequestSpec
 
@@ -78,9 +79,7 @@ async def replay_in_workers(
     progress: bool,
     workers: int,
     lag_tolerance_s: float,
-) -> Any:
-    from loadgen.runner import summarize
-
+) -> ReplayResult:
     factory = target.worker_factory()
     if factory is None:
         raise LoadgenError(f"{target.description} runs inside this process; use workers=1")
@@ -175,8 +174,6 @@ async def _worker(
     arr: Any,
     worker: int,
 ) -> None:
-    from loadgen.runner import frozen_gc, run_schedule
-
     target = factory()
     try:
         await target.open()

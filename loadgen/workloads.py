@@ -11,10 +11,12 @@ import numpy as np
 
 from loadgen import presets, traces
 from loadgen.errors import LoadgenError
+from loadgen.trace_fit import OnLong, fit_to_context
 
 # Token ids 0..3 are special in most vocabularies (pad/bos/eos/unk); prompts avoid them.
 FIRST_PROMPT_TOKEN_ID = 4
 DEFAULT_VOCAB_SIZE = 4096  # the `tiny` preset's; any larger vocabulary accepts these ids too
+MAX_LENGTH_SCALE = 1e4
 WORKLOADS = ("chat", "code", "rag", "summarize", "agent", "mixed", "random", "trace")
 
 
@@ -43,6 +45,8 @@ class Workload:
     long_prompt_threshold: int
     timestamps_s: list[float] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    # What the user should hear about how the workload was built (rows clipped or skipped).
+    notes: list[str] = field(default_factory=list)
 
     def fingerprint(self) -> str:
         """Stable hash of the request list (prompts, output lengths, classes, order)."""
@@ -74,15 +78,18 @@ def build_workload(
     trace_start: int = 0,
     length_scale: float | None = None,
     long_prompt_threshold: int | None = None,
+    on_long: str = OnLong.CLIP,
 ) -> Workload:
     """Build a workload; the same arguments give the identical request list (and fingerprint).
 
     `random` draws lengths uniformly from vLLM's range-ratio convention,
     U[L(1-r), L(1+r)] inclusive (vllm/benchmarks/datasets.py `RandomDataset`).
     `trace` replays the bundled Azure slice, or `trace_path` (Azure CSV, Mooncake JSONL or our
-    JSONL) from row `trace_start`; `num_requests=None` takes every remaining row.
+    JSONL) from row `trace_start`; `num_requests=None` takes every remaining row. Rows longer
+    than `max_model_len` are clipped, skipped or refused as `on_long` says (see `OnLong`), and
+    `notes` counts them.
     """
-    _check_common(name, num_requests, max_model_len, vocab_size, length_scale)
+    _check_common(name, seed, num_requests, max_model_len, vocab_size, length_scale)
     scale = presets.length_scale_for(max_model_len) if length_scale is None else length_scale
     threshold = long_prompt_threshold or max(1, max_model_len // 8)
     rng = np.random.default_rng(seed)
@@ -99,12 +106,9 @@ def build_workload(
         wl.params.update(input_len=input_len, output_len=output_len, range_ratio=range_ratio)
         _fill(wl, rng, prompts, outputs)
     else:
-        rows = traces.load_trace(trace_path, trace_format, trace_start, num_requests)
-        prompts = [max(1, round(r.input_len * (length_scale or 1.0))) for r in rows]
-        outputs = [max(1, round(r.output_len * (length_scale or 1.0))) for r in rows]
-        _fill(wl, rng, prompts, outputs, [r.prompt_token_ids for r in rows])
-        wl.timestamps_s = [r.timestamp_s for r in rows]
-        wl.params.update(trace=str(trace_path or traces.BUNDLED_TRACE_NAME), start=trace_start)
+        _fill_trace(
+            wl, rng, trace_path, trace_format, trace_start, num_requests, length_scale, on_long
+        )
     return wl
 
 
@@ -140,6 +144,29 @@ def _fill(
         wl.requests.append(RequestSpec(i, ids, o_len, _class_of(len(ids), wl)))
 
 
+def _fill_trace(
+    wl: Workload,
+    rng: np.random.Generator,
+    path: str | Path | None,
+    fmt: str | None,
+    start: int,
+    count: int | None,
+    length_scale: float | None,
+    on_long: str,
+) -> None:
+    rows = traces.load_trace(path, fmt, start, count)
+    fit = fit_to_context(rows, wl.max_model_len, on_long, length_scale or 1.0)
+    _fill(wl, rng, fit.prompt_lens, fit.output_lens, [r.prompt_token_ids for r in fit.rows])
+    wl.timestamps_s = [r.timestamp_s for r in fit.rows]
+    wl.params.update(
+        trace=str(path or traces.BUNDLED_TRACE_NAME),
+        start=start,
+        on_long=str(fit.on_long),
+        rows_too_long=fit.num_long,
+    )
+    wl.notes += [note] if (note := fit.note()) else []
+
+
 def _fill_agent(wl: Workload, rng: np.random.Generator, n: int, scale: float) -> None:
     """Interleave sessions at random while keeping each session's turns in order."""
     sessions = presets.agent_sessions(rng, n, scale, wl.max_model_len)
@@ -172,6 +199,7 @@ def _need_count(name: str, num_requests: int | None) -> int:
 
 def _check_common(
     name: str,
+    seed: int,
     num_requests: int | None,
     max_model_len: int,
     vocab_size: int,
@@ -187,5 +215,11 @@ def _check_common(
         raise LoadgenError(
             f"vocab_size={vocab_size!r} is too small; use more than {FIRST_PROMPT_TOKEN_ID}"
         )
-    if length_scale is not None and not length_scale > 0:
-        raise LoadgenError(f"length_scale={length_scale!r} is invalid; use a positive number")
+    # Past 10^4 every length is clipped to the context anyway, and far past it (1e300) the
+    # scaled lengths overflow int64 and came out negative.
+    if length_scale is not None and not 0 < length_scale <= MAX_LENGTH_SCALE:
+        raise LoadgenError(
+            f"length_scale={length_scale!r} is invalid; use a number in (0, {MAX_LENGTH_SCALE:g}]"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LoadgenError(f"seed={seed!r} is invalid; use an integer >= 0")

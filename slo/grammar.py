@@ -39,7 +39,12 @@ class Stat(enum.StrEnum):
 
 _UNIT_TO_S = {"ms": 1e-3, "s": 1.0}
 _TERM_EXAMPLE = "write terms like tpot_p99=30ms or ttft_p99=2s"
-_VALUE_RE = re.compile(r"^(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)(?P<unit>[a-z]*)$")
+# Possessive quantifiers: with plain ones a long run of digits followed by a stray character
+# backtracks quadratically (10 kB took seconds). Numbers are `3`, `3.5` or `.5`, optional `e-3`.
+_VALUE_RE = re.compile(
+    r"^(?P<num>(?:[0-9]++(?:\.[0-9]++)?|\.[0-9]++)(?:e[+-]?+[0-9]++)?+)(?P<unit>[a-z]*+)$"
+)
+_ECHO_CHARS = 60  # an error quotes at most this much of what the user typed
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,14 +89,14 @@ class SLO:
 def parse_slo(text: str) -> SLO:
     """Parse `tpot_p99=30ms,ttft_p99=2s` into an `SLO`; raise `SLOError` naming any bad term."""
     if not isinstance(text, str) or not text.strip():
-        raise SLOError(f"SLO {text!r} is empty; {_TERM_EXAMPLE}")
+        raise SLOError(f"SLO {_echo(text)} is empty; {_TERM_EXAMPLE}")
     terms: list[SLOTerm] = []
     seen: set[str] = set()
     for raw in text.split(","):
         term = parse_term(raw)
         if term.name in seen:
             raise SLOError(
-                f"SLO term {raw.strip()!r} repeats {term.name}; give each metric_stat once"
+                f"SLO term {_echo(raw.strip())} repeats {term.name}; give each metric_stat once"
             )
         seen.add(term.name)
         terms.append(term)
@@ -104,7 +109,7 @@ def parse_term(raw: str) -> SLOTerm:
     if not text:
         raise SLOError(f"SLO has an empty term (a stray comma?); {_TERM_EXAMPLE}")
     if text.count("=") != 1:
-        raise SLOError(f"SLO term {raw.strip()!r} needs exactly one '='; {_TERM_EXAMPLE}")
+        raise SLOError(f"SLO term {_echo(raw.strip())} needs exactly one '='; {_TERM_EXAMPLE}")
     lhs, rhs = (part.strip() for part in text.split("="))
     metric, stat = _parse_lhs(raw.strip(), lhs)
     return SLOTerm(metric=metric, stat=stat, limit_s=_parse_value(raw.strip(), rhs))
@@ -115,18 +120,18 @@ def _parse_lhs(raw: str, lhs: str) -> tuple[Metric, Stat]:
     metrics = ", ".join(m.value for m in Metric)
     stats = ", ".join(s.value for s in Stat)
     if not sep:
-        raise SLOError(f"SLO term {raw!r} needs metric_stat on the left, e.g. tpot_p99")
+        raise SLOError(f"SLO term {_echo(raw)} needs metric_stat on the left, e.g. tpot_p99")
     try:
         metric = Metric(metric_txt)
     except ValueError:
         raise SLOError(
-            f"SLO term {raw!r} has unknown metric {metric_txt!r}; use one of {metrics}"
+            f"SLO term {_echo(raw)} has unknown metric {_echo(metric_txt)}; use one of {metrics}"
         ) from None
     try:
         stat = Stat(stat_txt)
     except ValueError:
         raise SLOError(
-            f"SLO term {raw!r} has unknown statistic {stat_txt!r}; use one of {stats}"
+            f"SLO term {_echo(raw)} has unknown statistic {_echo(stat_txt)}; use one of {stats}"
         ) from None
     return metric, stat
 
@@ -135,16 +140,23 @@ def _parse_value(raw: str, rhs: str) -> float:
     match = _VALUE_RE.match(rhs.replace(" ", ""))
     if match is None:
         raise SLOError(
-            f"SLO term {raw!r} has value {rhs!r}, not a positive number with optional unit; "
-            "write e.g. 30ms, 0.5s or 30 (ms)"
+            f"SLO term {_echo(raw)} has value {_echo(rhs)}, not a positive number with optional "
+            "unit; write e.g. 30ms, 0.5s or 30 (ms)"
         )
     unit = match["unit"] or "ms"
     if unit not in _UNIT_TO_S:
-        raise SLOError(f"SLO term {raw!r} has unknown unit {unit!r}; use ms or s")
+        raise SLOError(f"SLO term {_echo(raw)} has unknown unit {_echo(unit)}; use ms or s")
     value_s = float(match["num"]) * _UNIT_TO_S[unit]
     if not math.isfinite(value_s) or value_s <= 0:
-        raise SLOError(f"SLO term {raw!r} has limit {rhs!r}; use a positive number")
+        raise SLOError(
+            f"SLO term {_echo(raw)} has limit {_echo(rhs)}; use a positive finite number"
+        )
     return value_s
+
+
+def _echo(text: str) -> str:
+    """`text` quoted for an error message, cut short: a pasted blob must not flood the line."""
+    return repr(text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "...")
 
 
 def _format_ms(limit_s: float) -> str:

@@ -9,10 +9,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine_lite.config import EngineConfig
 from engine_lite.errors import EngineLiteError
+from engine_lite.server.body import MAX_BODY_BYTES
 from engine_lite.server.generate import handle_generate
 from engine_lite.server.protocol import APIError, parse_chat, parse_completion
 from engine_lite.server.state import ServerSettings, ServerState
@@ -21,14 +23,17 @@ if TYPE_CHECKING:
     from engine_lite.async_engine import AsyncEngine
 
 log = logging.getLogger("engine_lite.server")
+# aiohttp's own log of requests it cannot parse as HTTP (see `OneLineBadRequests`).
+http_log = logging.getLogger("engine_lite.server.http")
 STATE = web.AppKey("state", ServerState)
-# Room for a 128k-token prompt sent as ids, far past aiohttp's 1 MiB default.
-MAX_BODY_BYTES = 32 * 2**20
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error_response(err: APIError) -> web.Response:
-    return web.json_response(err.body(), status=err.status)
+    resp = web.json_response(err.body(), status=err.status)
+    if err.status == 408:
+        resp.force_close()  # the rest of a stalled body would be read as the next request
+    return resp
 
 
 @web.middleware
@@ -46,6 +51,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(
             APIError(f"{exc.reason}: {request.method} {request.path}", exc.status)
         )
+    except Exception:  # a bug of ours: still JSON, and its traceback in the log
+        log.exception("request %s %s failed", request.method, request.path)
+        return error_response(APIError("internal server error; see the server log", 500))
 
 
 def auth_middleware(api_key: str) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -55,7 +63,9 @@ def auth_middleware(api_key: str) -> Callable[..., Awaitable[web.StreamResponse]
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/v1"):
-            got = request.headers.get("Authorization", "").encode()
+            # Header bytes that are not UTF-8 arrive as surrogate escapes; encoding them
+            # back gives the bytes the client sent, which then simply do not match.
+            got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
                 raise APIError(
                     "invalid or missing API key; send the --api-key value as "
@@ -138,9 +148,16 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
     """Serves `app` on host:port (0 picks a free port); returns the runner and the real port.
 
     Handler cancellation is on so that a client that hangs up cancels its handler, which
-    aborts the request and frees its KV blocks at once.
+    aborts the request and frees its KV blocks at once. Bodies are not decompressed, as in
+    vLLM's server: a compressed body is then a 400 rather than a decoder error.
     """
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        auto_decompress=False,
+        logger=http_log,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     try:
@@ -151,3 +168,20 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port or --host"
         ) from None
     return runner, int(runner.addresses[0][1])
+
+
+class OneLineBadRequests(logging.Filter):
+    """aiohttp answers a request that is not valid HTTP (a bad Content-Length or chunk size, a
+    header line over 8 KiB) with a plain-text 400, as uvicorn does under vLLM, but logs it
+    with a traceback; that is the client's mistake, so one warning line says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or exc.code >= 500:
+            return True
+        reason = ((exc.message or "").strip().splitlines() or [""])[0].rstrip(":")
+        log.warning("%s: %d %s", record.getMessage(), exc.code, reason[:200])
+        return False
+
+
+http_log.addFilter(OneLineBadRequests())

@@ -12,12 +12,8 @@ from aiohttp import web
 
 from engine_lite.errors import EngineLiteError
 from engine_lite.sampling_params import SamplingParams
-from engine_lite.server.protocol import (
-    APIError,
-    Endpoint,
-    GenerationRequest,
-    parse_json_body,
-)
+from engine_lite.server.body import read_json_body
+from engine_lite.server.protocol import APIError, Endpoint, GenerationRequest
 from engine_lite.server.responses import (
     DONE,
     SSE_HEADERS,
@@ -42,7 +38,7 @@ async def handle_generate(
     request: web.Request, state: ServerState, parse: Parser
 ) -> web.StreamResponse:
     ready = state.require_ready()
-    greq = parse(parse_json_body(await request.read()))
+    greq = parse(await read_json_body(request, state.settings.body_timeout_s))
     served = state.settings.served_model_name
     if greq.model is not None and greq.model != served:
         raise APIError(

@@ -116,7 +116,7 @@ def parse_completion(body: dict[str, Any]) -> GenerationRequest:
     if isinstance(prompt, str):
         if not prompt:
             raise APIError("prompt is empty; send at least one character", param="prompt")
-        req.prompt_text = prompt
+        req.prompt_text = _unicode_text(prompt, "prompt", "prompt")
     else:
         req.prompt_token_ids = _token_ids(prompt, "prompt")
     req.max_tokens = _opt_int(body, "max_tokens", minimum=1)
@@ -233,7 +233,7 @@ def _messages(value: Any) -> list[ChatMessage]:
 
 def _content(content: Any, i: int) -> str:
     if isinstance(content, str):
-        return content
+        return _unicode_text(content, f"messages[{i}].content", "messages")
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -245,11 +245,25 @@ def _content(content: Any, i: int) -> str:
             text = part.get("text")
             if not isinstance(text, str):
                 raise APIError(f"messages[{i}].content text must be a string", param="messages")
-            texts.append(text)
+            texts.append(_unicode_text(text, f"messages[{i}].content", "messages"))
         return "".join(texts)
     raise APIError(
         f"messages[{i}].content must be a string or a list of text parts", param="messages"
     )
+
+
+def _unicode_text(text: str, where: str, param: str) -> str:
+    # JSON can escape a lone UTF-16 surrogate ("\ud800"): valid JSON, but no character, so
+    # no tokenizer can encode it. vLLM answers 400 too.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(
+            f"{where} holds a lone surrogate {text[exc.start]!r} at character {exc.start}, "
+            "which is not valid Unicode; send UTF-8 text (pair the surrogate or drop it)",
+            param=param,
+        ) from None
+    return text
 
 
 def _opt_int(

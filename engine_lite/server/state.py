@@ -26,6 +26,8 @@ class ServerSettings:
 
     served_model_name: str
     api_key: str | None = None
+    # Longest wait for a request body to arrive in full (408 after it).
+    body_timeout_s: float = 60.0
 
 
 @dataclass(slots=True)

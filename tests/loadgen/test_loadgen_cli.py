@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,7 @@ def test_trace_slice_replays_with_its_own_timing(server_url, capsys):
         (["--num-requests", "0"], "--num-requests 0"),
         (["--arrival", "trace", "--workload", "chat"], "trace arrivals need"),
         (["--rate", "-1"], "rate=-1.0"),
+        (["--out", ""], "--out '' is empty"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(server_url, capsys, argv, named):
@@ -163,3 +165,77 @@ def test_a_fresh_process_against_a_dead_url_prints_exactly_one_line(unused_tcp_p
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: cannot reach {url}") and proc.stderr.count("\n") == 1
+
+
+def _fresh_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The `loadgen` command in its own interpreter, bounded in time."""
+    code = "from loadgen.cli import main; raise SystemExit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("slo", ["", "   "])
+def test_an_empty_slo_is_an_error_not_no_slo(server_url, slo):
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--slo", slo)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: SLO ") and "is empty" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_an_unwritable_out_fails_before_measuring(server_url, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for out in (blocker / "sub", blocker):
+        proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(out))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.startswith(f"error: --out '{out}' is not writable")
+        assert proc.stderr.count("\n") == 1
+    taken = tmp_path / "run"
+    (taken / "result.json").mkdir(parents=True)
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(taken))
+    assert proc.returncode == 2 and "is not writable" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_fails_before_measuring(server_url, tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o555)
+    proc = _fresh_process("--url", server_url, "--num-requests", "2", "--out", str(out))
+    assert proc.returncode == 2 and "is not writable (Permission denied" in proc.stderr
+
+
+def test_a_corrupt_trace_timestamp_fails_at_once_instead_of_hanging(server_url, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp_s": 0, "input_len": 5, "output_len": 2}\n'
+        '{"timestamp_s": 1e300, "input_len": 5, "output_len": 2}\n'
+    )
+    proc = _fresh_process("--url", server_url, "--workload", "trace", "--trace-file", str(trace))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: t.jsonl:2 is 1e+300 s after the first row")
+
+
+def test_long_trace_rows_are_counted_and_on_long_is_honoured(server_url, tmp_path):
+    trace = tmp_path / "mc.jsonl"
+    rows = [
+        {"timestamp": 10 * i, "input_length": 900 if i else 300, "output_length": 4}
+        for i in range(3)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ("--url", server_url, "--workload", "trace", "--trace-file", str(trace))
+    base += ("--max-model-len", "512", "--json")
+    proc = _fresh_process(*base)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("loadgen: 2 of 3 trace rows are longer than max_model_len 512")
+    result = json.loads(proc.stdout)
+    assert result["completed"] == 3 and "had their prompts cut" in result["workload_notes"][0]
+    proc = _fresh_process(*base, "--on-long", "skip")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["completed"] == 1
+    proc = _fresh_process(*base, "--on-long", "error")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: mc.jsonl:2 has prompt 900")

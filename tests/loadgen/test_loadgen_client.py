@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from aiohttp import web
 
 from loadgen import HttpTarget, LoadgenError, RequestSpec, arrival_offsets, replay
 from loadgen.records import RequestRecord
@@ -120,7 +121,15 @@ async def test_connection_refused_mid_run_is_a_failed_record(scripted):
 
 
 @pytest.mark.parametrize(
-    ("url", "named"), [("localhost:8000", "'localhost:8000'"), ("ftp://x", "'ftp://x'")]
+    ("url", "named"),
+    [
+        ("localhost:8000", "'localhost:8000'"),
+        ("ftp://x", "'ftp://x'"),
+        # These were ValueError tracebacks from the URL parser.
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://", "has no host"),
+    ],
 )
 def test_bad_url_and_endpoint(url, named):
     with pytest.raises(LoadgenError, match=named):
@@ -169,3 +178,21 @@ async def test_bad_replay_arguments(scripted):
     with pytest.raises(LoadgenError, match="timeout=0"):
         await replay(target, _specs(3), [0.0] * 3, timeout_s=0)
     assert not asyncio.all_tasks() - {asyncio.current_task()}
+
+
+async def test_a_refused_api_key_fails_before_the_run_in_one_line():
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "bad key"}}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", refuse)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        with pytest.raises(LoadgenError, match=r"refused the API key \(HTTP 401\)"):
+            await replay(HttpTarget(url, "m", api_key="wrong"), _specs(2), [0.0, 0.0])
+    finally:
+        await runner.cleanup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 
 import pytest
@@ -115,3 +116,25 @@ async def test_workers_fail_fast_on_an_unreachable_url(unused_tcp_port):
         await replay(
             HttpTarget(f"http://127.0.0.1:{unused_tcp_port}", "m"), _specs(2), [0, 0], workers=2
         )
+
+
+@pytest.mark.parametrize(
+    ("offsets", "named"),
+    [
+        ([0.0, 1e300], "sent 1e+300 s after the first"),  # a rate typed as 1e-300
+        ([0.0, float("inf")], "sent inf s"),
+        ([0.0, float("nan")], "sent nan s"),
+        ([0.0, -1.0], "must be >= 0"),
+    ],
+)
+async def test_a_schedule_that_would_never_end_is_refused(offsets, named):
+    # Refused before anything is sent, so no server is needed and nothing sleeps.
+    with pytest.raises(LoadgenError, match=re.escape(named)):
+        await replay(HttpTarget("http://127.0.0.1:9", "m"), _specs(2), offsets)
+
+
+async def test_more_workers_than_can_help_is_refused_before_spawning():
+    with pytest.raises(LoadgenError, match="workers=100000 is more than can help here"):
+        await replay(HttpTarget("http://127.0.0.1:9", "m"), _specs(3), [0.0] * 3, workers=100000)
+    with pytest.raises(LoadgenError, match="use at most 3"):
+        await replay(HttpTarget("http://127.0.0.1:9", "m"), _specs(3), [0.0] * 3, workers=4)

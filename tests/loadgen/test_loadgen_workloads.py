@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,16 @@ def test_random_follows_vllm_range_ratio_convention():
 def test_bad_arguments_raise_loadgen_error_naming_the_value(kwargs, named):
     with pytest.raises(LoadgenError, match=named.replace("(", r"\(")):
         build_workload(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"seed": -1}, "seed=-1"),
+        ({"length_scale": 1e300}, "length_scale=1e+300"),  # lengths overflowed to negative
+        ({"length_scale": float("nan")}, "length_scale=nan"),
+    ],
+)
+def test_bad_seed_or_scale_is_one_clear_error(kwargs, named):
+    with pytest.raises(LoadgenError, match=re.escape(named)):
+        build_workload("agent", num_requests=3, **kwargs)

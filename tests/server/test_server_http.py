@@ -13,7 +13,7 @@ SERVED_NAME = "tiny-served"
 
 
 ABORTS = "vllm:request_success_total"
-AUTH = {"Authorization": f"Bearer {API_KEY}"}
+AUTH = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
 
 
 async def _post(session, url, body, headers=AUTH):

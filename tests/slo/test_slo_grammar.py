@@ -97,3 +97,21 @@ def test_near_miss_strings_parse_or_raise_slo_error(text):
         assert "\n" not in str(err) and "SLO" in str(err)
     else:
         assert str(slo)  # a parsed SLO always has a printable canonical form
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 10_000,
+        "tpot_p99=" + "9" * 100_000 + "!",  # quadratic for a backtracking regex
+        "a" * 10_000 + "_p99=3",
+        "tpot_" + "p" * 10_000 + "=3",
+        "tpot_p99=3" + "q" * 10_000,
+        "tpot_p99=3," + "ttft_p99=" + "1" * 10_000 + "us",
+    ],
+)
+def test_a_huge_bad_slo_is_quoted_short(text):
+    with pytest.raises(SLOError) as err:
+        parse_slo(text)
+    msg = str(err.value)
+    assert len(msg) < 300 and "...'" in msg and "\n" not in msg

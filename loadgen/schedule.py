@@ -1,0 +1,163 @@
+"""One event loop's share of a replay: dispatch at absolute times, watch the loop, summarize.
+
+Both the single-process runner and each worker process run `run_schedule`; the parent folds
+their records and lag samples into one `ReplayResult` with `summarize`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loadgen.lag import LoopLagMonitor
+from loadgen.progress import MutableCounters
+from loadgen.records import RequestRecord
+from loadgen.target import Target
+from loadgen.workloads import RequestSpec
+
+DEFAULT_LAG_TOLERANCE_S = 0.010
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Records of one replay and whether the client kept its schedule.
+
+    `schedule_ok` is False when the p99 of the loop's timer lag or of the send lag (actual
+    minus scheduled send time) exceeded `lag_tolerance_s`: the client, not the server, was
+    the bottleneck, and latencies measured in such a run cannot be trusted. `notes` says why.
+    """
+
+    records: list[RequestRecord]
+    start_s: float
+    max_loop_lag_s: float
+    p99_loop_lag_s: float
+    max_send_lag_s: float
+    p99_send_lag_s: float
+    lag_tolerance_s: float
+    workers: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def schedule_ok(self) -> bool:
+        return not self.notes
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.warmup]
+
+
+@contextlib.contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Freeze the heap for the run, as vLLM does before a benchmark
+    (vllm.utils.gc_utils.freeze_gc_heap): collections of long-lived objects would otherwise
+    pause the loop mid-measurement. No full collection first: with torch loaded it takes a
+    sizeable fraction of a second and frees tensor memory that the in-process engine then
+    faults back in, which halved its measured throughput on a 2-core CPU."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+async def run_schedule(
+    target: Target,
+    specs: Sequence[RequestSpec],
+    scheduled_s: Sequence[float],
+    warmup_flags: Sequence[bool],
+    timeout_s: float,
+    counters: MutableCounters,
+) -> tuple[list[RequestRecord], LoopLagMonitor]:
+    """Dispatch each spec at its absolute `scheduled_s` (monotonic) in this event loop."""
+    records = [
+        RequestRecord(s.index, s.class_name, s.prompt_len, s.output_len, t, warmup=w)
+        for s, t, w in zip(specs, scheduled_s, warmup_flags, strict=True)
+    ]
+    monitor = LoopLagMonitor()
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    monitor.start()
+    try:
+        for i in sorted(range(len(specs)), key=scheduled_s.__getitem__):
+            prepared = target.prepare(specs[i])
+            # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again.
+            while (delay := scheduled_s[i] - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
+            tasks.append(
+                loop.create_task(_one(target, specs[i], prepared, records[i], timeout_s, counters))
+            )
+            counters.sent += 1
+        await asyncio.gather(*tasks)
+    finally:
+        await monitor.stop()
+    return records, monitor
+
+
+async def _one(
+    target: Target,
+    spec: RequestSpec,
+    prepared: object,
+    record: RequestRecord,
+    timeout_s: float,
+    counters: MutableCounters,
+) -> None:
+    try:
+        await target.send(spec, prepared, record, timeout_s)
+    except Exception as exc:  # a client bug must not end the run: it becomes a failed record
+        record.fail(f"client error: {type(exc).__name__}: {exc}", time.monotonic())
+    finally:
+        counters.done += 1
+
+
+def summarize(
+    records: list[RequestRecord],
+    start_s: float,
+    lag_samples: list[list[float]],
+    tolerance_s: float,
+    workers: int,
+    judge_loop_lag: bool = True,
+) -> ReplayResult:
+    """Fold loop-lag samples (one list per process) and send lags into a `ReplayResult`.
+
+    Loop lag only condemns a run whose chunk arrival times are stamped by the loop (HTTP); the
+    in-process engine stamps its own tokens, and its late sends show up as send lag.
+    """
+    loop_lags = np.asarray([x for s in lag_samples for x in s] or [0.0])
+    send_lags = np.asarray(
+        [r.sent_s - r.scheduled_s for r in records if math.isfinite(r.sent_s)] or [0.0]
+    )
+    p99_loop, p99_send = float(np.percentile(loop_lags, 99)), float(np.percentile(send_lags, 99))
+    remedy = (
+        "use more --workers or a lower rate"
+        if judge_loop_lag
+        else "the engine's step thread kept the event loop from running; lower the rate"
+    )
+    notes = []
+    if judge_loop_lag and p99_loop > tolerance_s:
+        notes.append(
+            f"client event loop lagged (p99 {p99_loop * 1e3:.1f} ms > {tolerance_s * 1e3:g} ms): "
+            f"chunk timestamps may be late; {remedy}"
+        )
+    if p99_send > tolerance_s:
+        notes.append(
+            f"client fell behind its schedule (p99 send lag {p99_send * 1e3:.1f} ms > "
+            f"{tolerance_s * 1e3:g} ms); {remedy}"
+        )
+    return ReplayResult(
+        records=records,
+        start_s=start_s,
+        max_loop_lag_s=float(loop_lags.max()),
+        p99_loop_lag_s=p99_loop,
+        max_send_lag_s=float(send_lags.max()),
+        p99_send_lag_s=p99_send,
+        lag_tolerance_s=tolerance_s,
+        workers=workers,
+        notes=notes,
+    )
