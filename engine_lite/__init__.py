@@ -4,7 +4,8 @@ import os
 
 # OpenMP workers spin while idle by default; on a small shared CPU that spinning starved the
 # engine (6-10x slower steps under load). Must be set before torch loads its OpenMP runtime;
-# a user's own setting wins.
+# a user's own setting wins. Kept so that servers we start (real vLLM) get the user's own.
+USER_OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

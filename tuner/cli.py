@@ -58,8 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     w.add_argument("--scenario", choices=[s.value for s in Scenario],
                    help="table row for the rule of thumb (default: from the workload)")
-    e = p.add_argument_group("built-in engine")
-    e.add_argument("--model", default="tiny", help="preset or local Hugging Face folder")
+    e = p.add_argument_group("engine")
+    e.add_argument("--engine", default="builtin", choices=["builtin", "vllm"],
+                   help="builtin: engine_lite in this process (default); vllm: real vLLM started "
+                   "per config with only the flags it accepts")
+    e.add_argument("--model", default="tiny", help="preset or local Hugging Face folder (a "
+                   "folder with --engine vllm)")
+    e.add_argument("--vllm-command", help="vLLM server command prefix (default: this "
+                   "interpreter's, or .venv-vllm's, python -m vllm.entrypoints.openai.api_server)")
+    e.add_argument("--vllm-args", default="", help="more vllm serve flags for every trial")
     e.add_argument("--device", default="auto")
     e.add_argument("--dtype", default="auto")
     e.add_argument("--kv-cache-memory-gb", type=float)

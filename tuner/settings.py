@@ -43,7 +43,10 @@ class TuneSettings:
     workload_seed: int = 0
     arrival: str = "poisson"
     burstiness: float = 1.0
-    # built-in engine
+    # engine: "builtin" (engine_lite in process) or "vllm" (started per config)
+    engine: str = "builtin"
+    vllm_command: str | None = None
+    vllm_args: str = ""
     model: str = "tiny"
     device: str = "auto"
     dtype: str = "auto"
@@ -103,6 +106,10 @@ class TuneSettings:
         if not 0 < self.rel_tol < 1:
             raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
         _one_of("sampler", self.sampler, SamplerName)
+        if self.engine not in ("builtin", "vllm"):
+            raise TuneError(f"--engine {self.engine!r} is invalid; use builtin or vllm")
+        if self.engine == "vllm" and (self.launch or self.url):
+            raise TuneError("--engine vllm starts vLLM itself; drop --launch / --url")
         if self.scenario is not None:
             _one_of("scenario", self.scenario, Scenario)
         self.param_domains()
@@ -132,6 +139,7 @@ class TuneSettings:
                   "kv_cache_memory_gb": self.kv_cache_memory_gb}  # fmt: skip
         return TargetOptions(
             model=self.model, engine=engine, launch=self.launch, url=self.url,
+            kind=self.engine, vllm_command=self.vllm_command, vllm_args=self.vllm_args,
             served_model=self.served_model, endpoint=self.endpoint,
             max_model_len=self.max_model_len, prometheus_url=self.prometheus_url,
             prometheus_interval_s=self.prometheus_interval_s,

@@ -168,12 +168,16 @@ class Meter:
             start_s = self.clock()
             replay = await self.target.replay(requests, offsets, s.replay)
             run = judge_replay(replay, rate_rps, self.slo, self.rules, self.clock() - start_s)
-            if replay.result.schedule_ok or not self.rules.require_schedule:
+            # A burst (infinite rate) has no schedule to keep: it measures throughput only.
+            lag_matters = self.rules.require_schedule and math.isfinite(rate_rps)
+            if replay.result.schedule_ok or not lag_matters:
                 return run
+        r = replay.result
         raise ClientLagError(
             f"the load generator fell behind its schedule at {rate_rps:.2f} req/s in "
-            f"{LAG_TRIES} tries ({'; '.join(replay.result.notes)}); this machine is too busy "
-            "to measure that rate: stop other work on it, or run tune on another machine"
+            f"{LAG_TRIES} tries (p99 loop lag {r.p99_loop_lag_s * 1e3:.0f} ms, p99 send lag "
+            f"{r.p99_send_lag_s * 1e3:.0f} ms, tolerance {r.lag_tolerance_s * 1e3:g} ms): this "
+            "machine is too busy to measure that rate; stop other work on it or run tune elsewhere"
         )
 
     async def search_levels(

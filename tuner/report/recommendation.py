@@ -106,7 +106,9 @@ def limited_by(trial: TrialRecord) -> str:
     failing = [lv for lv in trial.levels if not lv.passed and lv.rate_rps > capacity]
     if not failing:
         return "not reached: the search stopped before any rate failed"
-    return min(failing, key=lambda lv: lv.rate_rps).verdict.reason()
+    level = min(failing, key=lambda lv: lv.rate_rps)
+    server = level.server.describe()
+    return level.verdict.reason() + (f" (server: {server})" if server else "")
 
 
 def _ratio(best: dict[str, Any] | None, other: dict[str, Any] | None) -> float | None:

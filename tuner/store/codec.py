@@ -18,7 +18,7 @@ from tuner.store.records import Candidate, Confirmation, Role, SameRateCheck
 from tuner.targets.base import ServerStats
 from tuner.targets.knobs import knobs_from_json, knobs_to_json
 
-_SERVER = ("preemptions", "kv_cache_usage_max", "kv_cache_usage_mean")
+_SERVER = tuple(f.name for f in dataclasses.fields(ServerStats))
 
 
 def clean_json(value: Any) -> Any:

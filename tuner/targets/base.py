@@ -16,6 +16,7 @@ class TargetKind(enum.StrEnum):
     BUILTIN = "builtin"  # engine_lite in this process
     LAUNCH = "launch"  # a server command started per config
     URL = "url"  # a running server, measured as it is
+    VLLM = "vllm"  # real vLLM, started per config with only the flags it accepts
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +37,31 @@ class TargetFacts:
 
 @dataclass(frozen=True, slots=True)
 class ServerStats:
-    """Preemptions and KV-cache usage over one level (None where the target cannot tell)."""
+    """The server's own view of one level (None where the target cannot tell): what explains a
+    failed level beyond the client's latencies."""
 
     preemptions: int | None = None
     kv_cache_usage_max: float | None = None
     kv_cache_usage_mean: float | None = None
+    running_max: int | None = None  # most requests in the running set
+    waiting_max: int | None = None  # the longest waiting queue: the server fell behind
+    tokens_per_step_mean: float | None = None  # vLLM's iteration_tokens over the level
+    steps: int | None = None
+
+    def describe(self) -> str:
+        """The server side of a level in words, or '' when it said nothing."""
+        parts = []
+        if self.waiting_max:
+            parts.append(f"up to {self.waiting_max} requests waiting")
+        if self.running_max is not None:
+            parts.append(f"up to {self.running_max} running")
+        if self.preemptions:
+            parts.append(f"{self.preemptions} preemptions")
+        if self.kv_cache_usage_max is not None and self.kv_cache_usage_max >= 0.9:
+            parts.append(f"KV cache {self.kv_cache_usage_max:.0%} full")
+        if self.tokens_per_step_mean is not None:
+            parts.append(f"{self.tokens_per_step_mean:.0f} tokens per step")
+        return ", ".join(parts)
 
 
 @dataclass(slots=True)

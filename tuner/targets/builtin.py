@@ -47,18 +47,24 @@ class _StepWindow:
     def reset(self) -> None:
         with self._lock:
             self.preemptions, self.kv_max, self.kv_sum, self.steps = 0, 0.0, 0.0, 0
+            self.running_max = self.waiting_max = self.tokens = 0
 
     def __call__(self, step: Any) -> None:
         with self._lock:
             self.preemptions += step.num_preemptions
             self.kv_max = max(self.kv_max, step.kv_cache_usage)
             self.kv_sum += step.kv_cache_usage
+            self.running_max = max(self.running_max, step.num_running)
+            self.waiting_max = max(self.waiting_max, step.num_waiting)
+            self.tokens += step.num_prefill_tokens + step.num_decode_tokens
             self.steps += 1
 
     def stats(self) -> ServerStats:
         with self._lock:
-            mean = self.kv_sum / self.steps if self.steps else 0.0
-            return ServerStats(self.preemptions, self.kv_max, mean)
+            n = self.steps
+            return ServerStats(self.preemptions, self.kv_max, self.kv_sum / n if n else 0.0,
+                               self.running_max, self.waiting_max,
+                               self.tokens / n if n else None, n)  # fmt: skip
 
 
 class BuiltinTarget:

