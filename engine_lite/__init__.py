@@ -4,8 +4,11 @@ import os
 
 # OpenMP workers spin while idle by default; on a small shared CPU that spinning starved the
 # engine (6-10x slower steps under load). Must be set before torch loads its OpenMP runtime;
-# a user's own setting wins. Kept so that servers we start (real vLLM) get the user's own.
-USER_OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY")
+# a user's own setting wins. The caller's own value (or "unset") is kept for the servers we
+# start, such as real vLLM, which should run as the user would run it.
+os.environ.setdefault(
+    "ENGINE_LITE_CALLER_OMP_WAIT_POLICY", os.environ.get("OMP_WAIT_POLICY", "unset")
+)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

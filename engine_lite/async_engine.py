@@ -71,6 +71,10 @@ class AsyncEngine:
         return self._engine.runner.block_size
 
     @property
+    def num_kv_blocks(self) -> int:
+        return self._engine.runner.num_kv_blocks
+
+    @property
     def max_model_len(self) -> int:
         return self._engine.max_model_len
 

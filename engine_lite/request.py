@@ -50,10 +50,15 @@ class Request:
     num_preemptions: int = 0
     first_scheduled_time_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)  # one per output token
+    # The prompt never changes: its length is read on every scheduling decision.
+    _num_prompt: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._num_prompt = len(self.prompt_token_ids)
 
     @property
     def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
+        return self._num_prompt
 
     @property
     def num_output_tokens(self) -> int:
@@ -61,7 +66,7 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
+        return self._num_prompt + len(self.output_token_ids)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -79,4 +84,5 @@ class Request:
         After a recompute preemption the prompt plus all outputs so far are a prefill again,
         exactly as vLLM V0 treats a recomputed sequence group.
         """
-        return self.num_tokens - self.num_computed_tokens > 1 or not self.output_token_ids
+        out = self.output_token_ids
+        return not out or self._num_prompt + len(out) - self.num_computed_tokens > 1

@@ -39,14 +39,15 @@ class SchedulerOutput:
         """Prefill and decode totals of the final batch, and its cost-model features."""
         entries = []
         for req, n in self.scheduled:
-            if req.is_prefill:
+            prefill = req.is_prefill
+            if prefill:
                 self.num_prefill_tokens += n
                 self.num_prefill_reqs += 1
             else:
                 self.num_decode_tokens += n
                 self.num_decode_reqs += 1
             computed = req.num_computed_tokens
-            entries.append((computed, n, req.is_prefill, computed + n == req.num_tokens))
+            entries.append((computed, n, prefill, computed + n == req.num_tokens))
         self.features = features_of(entries)
 
 
@@ -277,7 +278,10 @@ class Scheduler:
         block_size, running = self.block_manager.block_size, RequestStatus.RUNNING
         for req, n in out.scheduled:
             end = req.num_computed_tokens + n
-            assert n >= 1, f"{req.request_id} scheduled for {n} tokens"
-            assert req.status is running, f"{req.request_id} is {req.status}"
-            assert end <= req.num_tokens, f"{req.request_id} scheduled past its known tokens"
-            assert len(req.block_table) * block_size >= end, f"{req.request_id} lacks blocks"
+            ok = n >= 1 and req.status is running and end <= req.num_tokens
+            # One test on the hot path; the messages only when it fails.
+            if not (ok and len(req.block_table) * block_size >= end):
+                assert n >= 1, f"{req.request_id} scheduled for {n} tokens"
+                assert req.status is running, f"{req.request_id} is {req.status}"
+                assert end <= req.num_tokens, f"{req.request_id} scheduled past its known tokens"
+                raise AssertionError(f"{req.request_id} lacks blocks")

@@ -1,8 +1,8 @@
 """A discrete-event simulator of serving: the real scheduler, a step-time model, virtual time.
 
-The engine is engine_lite's own `LLMEngine` (so its `Scheduler`, which is vLLM 0.32's, and its
-stop rules), driven by a runner that computes nothing; each step lasts what the `CostModel`
-predicts for what the scheduler put in it, and the virtual clock moves by that much. Requests
+The scheduler is engine_lite's own `Scheduler` (vLLM 0.32's, checked step by step against it);
+each step lasts what the `CostModel` predicts for what the scheduler put in it, and the virtual
+clock moves by that much. Requests
 reach the engine `request_overhead_s` after they are sent and their tokens reach the client
 `token_delivery_s` after the step that made them, as over a real server.
 
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from engine_lite.config import EngineConfig
 from engine_lite.costmodel import CostModel
 from engine_lite.defaults import CPU_DEVICE, DeviceInfo
-from engine_lite.engine import LLMEngine
 from engine_lite.errors import EngineLiteError
-from engine_lite.request import Request
+from engine_lite.request import Request, RequestStatus
 from engine_lite.sampling_params import SamplingParams
+from engine_lite.scheduler import Scheduler
 
 _TOKEN = 7  # every simulated token; requests ignore EOS and stop at their output length
 
@@ -55,60 +55,52 @@ class SimEngine:
     device: DeviceInfo = CPU_DEVICE
 
 
-class _Runner:
-    """The runner interface, computing nothing: a token for each entry that reaches its end."""
-
-    eos_token_id: int | None = None
-    last_forward_duration_s = 0.0
-
-    def __init__(self, shape: SimEngine) -> None:
-        self.num_kv_blocks = shape.num_kv_blocks
-        self.block_size = shape.block_size
-        self.max_model_len = shape.max_model_len
-        self.device_info = shape.device
-        self.vocab_size = _TOKEN + 1
-
-    def execute(self, batch: list[tuple[Request, int]]) -> list[int | None]:
-        return [_TOKEN if r.num_computed_tokens + n == r.num_tokens else None for r, n in batch]
-
-    def release(self, request_id: str) -> None:
-        pass
-
-
 def simulate(
     config: EngineConfig,
     shape: SimEngine,
     model: CostModel,
     requests: Sequence[SimRequest],
 ) -> list[SimTimeline]:
-    """Replay `requests` (sorted by arrival) through the engine in virtual time."""
-    clock = [0.0]
-    engine = LLMEngine(config, runner=_Runner(shape), clock=lambda: clock[0])
+    """Replay `requests` through the real scheduler in virtual time.
+
+    The step loop is `LLMEngine`'s for the case it needs: every request ignores EOS and runs
+    to its output length (or max_model_len), so a step only advances computed tokens, samples
+    one token for each request whose known tokens are all computed, and ends requests that
+    reached their length; no runner, events or stats objects.
+    """
+    config, _ = config.resolved(shape.device, shape.max_model_len)
+    sched = Scheduler(config, shape.num_kv_blocks, shape.block_size, shape.max_model_len)
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
     timelines = [SimTimeline(r.arrival_s) for r in requests]
     ready_s = [r.arrival_s + model.request_overhead_s for r in requests]
-    nxt = 0
-    while nxt < len(order) or engine.has_unfinished():
-        if not engine.has_unfinished():
-            clock[0] = max(clock[0], ready_s[order[nxt]])  # idle until the next request
-        while nxt < len(order) and ready_s[order[nxt]] <= clock[0]:
-            _add(engine, order[nxt], requests[order[nxt]])
+    clock, nxt, max_len = 0.0, 0, shape.max_model_len
+    while nxt < len(order) or sched.has_unfinished():
+        if not sched.has_unfinished():
+            clock = max(clock, ready_s[order[nxt]])  # idle until the next request
+        while nxt < len(order) and ready_s[order[nxt]] <= clock:
+            sched.add_request(_request(order[nxt], requests[order[nxt]], clock))
             nxt += 1
-        start = clock[0]
-        out = engine.begin_step()
+        out = sched.schedule()
         if not out.scheduled:
             raise EngineLiteError("the simulated scheduler made no progress")  # a bug, not input
-        clock[0] = start + model.step_s(out.features)
-        result = engine.finish_step(out, engine.runner.execute(out.scheduled), start)
-        seen_s = clock[0] + model.token_delivery_s
-        for rid, event in result.events:
-            timelines[int(rid)].token_times_s.extend([seen_s] * len(event.token_ids))
-        for stats in result.finished:
-            timelines[int(stats.request_id)].num_preemptions = stats.num_preemptions
+        clock += model.step_s(out.features)
+        seen_s, done = clock + model.token_delivery_s, []
+        for req, n in out.scheduled:
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # a prefill chunk that is not the last
+            req.output_token_ids.append(_TOKEN)
+            timelines[int(req.request_id)].token_times_s.append(seen_s)
+            if len(req.output_token_ids) >= req.sampling_params.max_tokens or (
+                req.num_tokens >= max_len
+            ):
+                done.append((req, RequestStatus.FINISHED_LENGTH))
+                timelines[int(req.request_id)].num_preemptions = req.num_preemptions
+        sched.finish_requests(done)
     return timelines
 
 
-def _add(engine: LLMEngine, index: int, req: SimRequest) -> None:
+def _request(index: int, req: SimRequest, now_s: float) -> Request:
     n = req.output_len
     params = SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True)
-    engine.add_request([_TOKEN] * req.prompt_len, params, request_id=str(index))
+    return Request(str(index), [_TOKEN] * req.prompt_len, params, now_s)

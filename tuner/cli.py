@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sampler", default=SamplerName.TPE.value,
                    choices=[x.value for x in SamplerName])
     s.add_argument("--seed", type=int, default=0, help="sampler seed")
+    s.add_argument("--fidelity", default="sim", choices=["sim", "real"], help="sim (default): "
+                   "screen the space on a simulator fitted to the target, then measure the "
+                   "default and the best for real; real: search on the target alone")
+    s.add_argument("--profile", help="a `tune profile` file for the simulator (default: fit "
+                   "one on the target at the start)")
+    s.add_argument("--verify-top", type=int, default=2, help="screened configs measured on "
+                   "the target besides the default (default 2)")
     s.add_argument("--startup-trials", type=int, default=5, help="trials before the sampler "
                    "models the space (the queued references and budget sweep count; default 5)")
     s.add_argument("--no-budget-sweep", dest="budget_sweep", action="store_false",

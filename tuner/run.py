@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -17,18 +18,21 @@ from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish
+from tuner.search import fidelity
 from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, run_search
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
     Scenario,
     calibrated_start_rps,
+    enqueue_default,
     enqueue_starting_configs,
     scenario_for,
 )
 from tuner.search.study import (
     CapacityPruner,
     SamplerName,
+    has_role,
     make_sampler,
     open_study,
     recover_stale_trials,
@@ -37,6 +41,7 @@ from tuner.search.study import (
 )
 from tuner.search.trial import TrialRunner
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
+from tuner.sim.profile import Profile
 from tuner.store import attrs
 from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
@@ -79,7 +84,9 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
         files.write_json(RUN_FILE, run_info(run))
         status = RunStatus(settings.trials, settings.time_budget_s, clock)
         with make_display(status, quiet) as display:
-            log = await search(run, budget, display)
+            log = await search_with_simulator(run, budget, display)
+            if log is None:
+                log = await search(run, budget, display)
             view = RunView.read(files, run.study)  # the trials as the search left them
             display.set_phase("confirming the top configs")
             candidates = await confirm_top(run, view, budget)
@@ -133,14 +140,86 @@ def _open_study(settings: TuneSettings, files: RunFiles, workload: Workload, mod
     return open_study(storage, settings.resolved_study_name(), sampler, CapacityPruner(), meta)
 
 
-async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog:
-    """Queue the references and the sweep, find the first start rate, run trials."""
+async def search_with_simulator(run: TuneRun, budget: Budget, display: StatusSink
+                                ) -> SearchLog | None:  # fmt: skip
+    """--fidelity sim (docs/tuner.md, tuner/search/fidelity.py): the default for real, a
+    simulator fitted on what the target served, then rounds of screening in virtual time and
+    verifying the best config for real. None when there is no simulator for this target."""
+    s = run.settings
+    if s.fidelity != "sim" or run.mode is not Mode.CAPACITY:
+        return None
+    profile = Profile.load(Path(s.profile)) if s.profile else None
+    simulator = fidelity.Simulator.for_target(run.target, profile)
+    if simulator is None:
+        display.line("no simulator for this target (pass --profile FILE): measuring for real")
+        return None
+    if not has_role(run.study, Role.DEFAULT):
+        enqueue_default(run.study, run.space)
+    simulator.recording(True)
+    log = await search(run, budget, display, queued_only=True)
+    if has_role(run.study, Role.SCREENED):
+        # Resumed after screening: the engine steps the simulator was fitted on died with the
+        # killed process, so the queued configs are verified and the rest is searched for real.
+        simulator.recording(False)
+        return await search(run, budget, display)
+    view = RunView.read(run.files, run.study)
+    default = view.with_role(Role.DEFAULT)
+    if simulator.steps is not None and default is not None and default.capacity_rps:
+        display.set_phase("one level on a small budget: chunked steps for the simulator")
+        await fidelity.calibration_level(run.meter, run.space, default.capacity_rps)
+    if not await simulator.fit(run.meter, fidelity.real_levels(view)):
+        display.line("too few engine steps to fit a simulator: searching for real")
+        return await search(run, budget, display)
+    for _ in range(s.verify_top):
+        if not await verify_next(run, simulator, budget, display):
+            break
+        log = await search(run, budget, display, queued_only=True)
+        await simulator.fit(run.meter, fidelity.real_levels(RunView.read(run.files, run.study)))
+    simulator.recording(False)
+    return await check_simulator(run, simulator, budget, display, log)
+
+
+async def verify_next(run: TuneRun, simulator: fidelity.Simulator, budget: Budget,
+                      display: StatusSink) -> bool:  # fmt: skip
+    """Screen (again) and queue the best config not measured yet, if the budget allows."""
+    view = RunView.read(run.files, run.study)
+    best = max((t.capacity_rps or 0.0 for t in view.finished), default=0.0)
+    start = best or attrs.start_rate(run.study) or 1.0
+    display.set_phase("screening the space in virtual time")
+    ranked = await simulator.rescreen(run.space, start)
+    top = ranked[0].capacity_rps
+    display.line(f"screened {simulator.screened} configs in {simulator.screen_s:.0f} s "
+                 f"({simulator.source}); best simulated {top:.2f} req/s")  # fmt: skip
+    if not budget.fits(3 * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
+        return False
+    return simulator.queue_next(run.study, run.space, [t.knobs for t in view.trials])
+
+
+async def check_simulator(run: TuneRun, simulator: fidelity.Simulator, budget: Budget,
+                          display: StatusSink, log: SearchLog) -> SearchLog:  # fmt: skip
+    """Simulated against measured; when the simulator missed, search on the target for the
+    rest of the budget."""
+    summary = fidelity.summary(simulator, RunView.read(run.files, run.study).trials)
+    attrs.set_sim_summary(run.study, summary)
+    if not summary["fell_back"]:
+        return log
+    miss, bound = summary["max_error"], summary["error_bound"]
+    display.line(f"the simulator missed a verified capacity by {miss:.0%} (bound {bound:.0%}): "
+                 "searching on the target itself")  # fmt: skip
+    return await search(run, budget, display)
+
+
+async def search(run: TuneRun, budget: Budget, display: StatusSink,
+                 queued_only: bool = False) -> SearchLog:  # fmt: skip
+    """Queue the references and the sweep, find the first start rate, run trials; with
+    `queued_only`, just the configs already queued."""
     s = run.settings
     recovered = recover_stale_trials(run.study)
     if recovered:
         display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
-    for note in enqueue_starting_configs(run.study, run.space, run.scenario, s.budget_sweep):
-        display.line(note)
+    if not queued_only:
+        for note in enqueue_starting_configs(run.study, run.space, run.scenario, s.budget_sweep):
+            display.line(note)
     start = s.start_rps or s.rate_rps or attrs.start_rate(run.study)
     if start is None:
         display.set_phase("calibrating: a burst of the request list on the default config")
@@ -153,9 +232,21 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog
     runner = TrialRunner(run.meter, run.space, rate_search, run.files, display, run.mode,
                          s.rate_rps)  # fmt: skip
     plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps)
-    display.set_phase(f"searching ({s.sampler}, {run.mode.value})")
+    trials = _queued_count(run.study) if queued_only else s.trials
+    phase = (
+        "measuring on the target" if queued_only else f"searching ({s.sampler}, {run.mode.value})"
+    )
+    display.set_phase(phase)
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)
-    return await run_search(run.study, runner, s.trials, budget, plan, first_guess_s)
+    return await run_search(run.study, runner, trials, budget, plan, first_guess_s)
+
+
+def _queued_count(study: optuna.Study) -> int:
+    """Finished plus waiting trials: the search stops once the queue is measured."""
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
+    return len(study.get_trials(deepcopy=False, states=states))
 
 
 async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candidate]:

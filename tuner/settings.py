@@ -61,6 +61,11 @@ class TuneSettings:
     repeats: int = 1
     top_k: int = 3
     sampler: str = SamplerName.TPE.value
+    # "sim": screen the space on a simulator fitted to the target, then verify the best for
+    # real; "real": search on the target alone.
+    fidelity: str = "sim"
+    profile: str | None = None  # a `tune profile` file instead of fitting at the start
+    verify_top: int = 2  # screened configs measured on the target besides the default
     seed: int = 0
     n_startup_trials: int = 5
     budget_sweep: bool = True  # queue the coarse budget sweep before the sampler
@@ -106,6 +111,9 @@ class TuneSettings:
         if not 0 < self.rel_tol < 1:
             raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
         _one_of("sampler", self.sampler, SamplerName)
+        if self.fidelity not in ("sim", "real"):
+            raise TuneError(f"--fidelity {self.fidelity!r} is invalid; use sim or real")
+        _positive("verify_top", self.verify_top, integer=True)
         if self.engine not in ("builtin", "vllm"):
             raise TuneError(f"--engine {self.engine!r} is invalid; use builtin or vllm")
         if self.engine == "vllm" and (self.launch or self.url):

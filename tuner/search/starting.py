@@ -119,6 +119,12 @@ def enqueue_starting_configs(study: optuna.Study, space: SearchSpace, scenario: 
     return notes
 
 
+def enqueue_default(study: optuna.Study, space: SearchSpace) -> None:
+    """Queue the default config alone (the simulator's path measures it first)."""
+    study.enqueue_trial(space.to_params(space.default_config()),
+                        user_attrs=attrs.role_attrs(Role.DEFAULT))  # fmt: skip
+
+
 async def calibrated_start_rps(
     study: optuna.Study, meter: Meter, default: Knobs, burst: int
 ) -> float:

@@ -85,7 +85,7 @@ class TrialRunner:
 
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
-        search = RateSearch(self._settings(study))
+        search = RateSearch(self._settings(study, trial))
         pruned = False
         self.progress.level_started(search.settings.start_rps, 0)
         async for run in self.meter.search_levels(search, deadline):
@@ -124,7 +124,13 @@ class TrialRunner:
         study.tell(trial, record.value)
         record.state = TrialState.COMPLETE
 
-    def _settings(self, study: optuna.Study) -> RateSearchSettings:
+    def _settings(self, study: optuna.Study, trial: optuna.Trial) -> RateSearchSettings:
+        predicted = attrs.predicted_of(trial)
+        if predicted:
+            # The simulator's capacity: two tolerance steps either way, then bisection.
+            s = self.search
+            return dataclasses.replace(s, start_rps=predicted, growth=1 + 2 * s.rel_tol,
+                                       min_rps=min(s.min_rps, predicted / 8))  # fmt: skip
         best = best_capacity(study)
         if best <= 0:
             return self.search

@@ -30,6 +30,8 @@ UPPER = "upper_bound_rps"  # lowest failing rate (None before any failure)
 CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - limit
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
+PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
+SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
 _Trial = optuna.Trial | FrozenTrial
 
 
@@ -37,9 +39,17 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def role_attrs(role: Role) -> dict[str, Any]:
+def role_attrs(role: Role, predicted_rps: float | None = None) -> dict[str, Any]:
     """Attributes for `study.enqueue_trial(..., user_attrs=...)`."""
-    return {ROLE: role.value}
+    out: dict[str, Any] = {ROLE: role.value}
+    if predicted_rps is not None:
+        out[PREDICTED] = predicted_rps
+    return out
+
+
+def predicted_of(trial: _Trial) -> float | None:
+    value = trial.user_attrs.get(PREDICTED)
+    return float(value) if value else None
 
 
 def role_of(trial: _Trial) -> Role:
@@ -117,3 +127,11 @@ def start_rate(study: optuna.Study) -> float | None:
 
 def set_start_rate(study: optuna.Study, rate_rps: float) -> None:
     study.set_user_attr(START_RATE, rate_rps)
+
+
+def sim_summary(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(SIM)
+
+
+def set_sim_summary(study: optuna.Study, summary: dict[str, Any]) -> None:
+    study.set_user_attr(SIM, summary)

@@ -19,6 +19,7 @@ class Role(enum.StrEnum):
     DEFAULT = "default"
     RULE_OF_THUMB = "rule_of_thumb"
     SWEEP = "sweep"  # a coarse budget sweep queued first: capacity is ~unimodal in the budget
+    SCREENED = "screened"  # ranked high by the simulator, measured to verify it
     SEARCH = "search"
 
     @property

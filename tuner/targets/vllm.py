@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import engine_lite
 from tuner.errors import TuneError
 from tuner.report.summary import vllm_flags
 from tuner.targets.base import TargetFacts, TargetKind
@@ -172,9 +171,10 @@ def _check_folder(model_dir: str) -> Path:
 def _server_env() -> dict[str, str]:
     env = dict(os.environ)
     # engine_lite sets OMP_WAIT_POLICY for itself; vLLM gets what the user had.
+    caller = env.pop("ENGINE_LITE_CALLER_OMP_WAIT_POLICY", "unset")
     env.pop("OMP_WAIT_POLICY", None)
-    if engine_lite.USER_OMP_WAIT_POLICY is not None:
-        env["OMP_WAIT_POLICY"] = engine_lite.USER_OMP_WAIT_POLICY
+    if caller != "unset":
+        env["OMP_WAIT_POLICY"] = caller
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KV_GIB)
     return env
 

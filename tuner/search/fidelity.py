@@ -1,0 +1,171 @@
+"""Multi-fidelity search: screen in virtual time, measure the best for real, refit, repeat.
+
+1. The default config is measured for real first. The built-in engine reports every step it
+   serves; with one more real level on a small budget (so chunked steps of every size are
+   seen) the simulator's step-time model is fitted on them. A `tune profile` file can give the
+   model instead.
+2. Screen: every config of a grid gets a capacity search on the simulator.
+3. Verify: the best screened config not yet measured is measured for real, its rate search
+   starting at its simulated capacity. The model is refitted on every step (or level) measured
+   so far and the space screened again; that repeats `verify_top` times.
+4. Check: simulated against measured capacity for every verified config. When it missed by
+   more than the bound, the run falls back to searching on the real target, and says so.
+
+The recommendation is always a measured config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from engine_lite.sim import SimEngine
+from tuner.measure.meter import LevelRun, Meter
+from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
+from tuner.sim.calibrate import RealLevel, StepLog, fit_steps, refit
+from tuner.sim.profile import Profile
+from tuner.sim.screen import Screened, screen, screen_space
+from tuner.sim.target import SimTarget
+from tuner.store import attrs
+from tuner.store.records import Role, TrialRecord
+from tuner.store.runfiles import RunView
+from tuner.targets.base import Target
+from tuner.targets.knobs import Knobs, knobs_to_json
+
+SIM_ERROR_BOUND = 0.2  # relative capacity error past which the search measures for real
+RESCREEN_TOP = 24  # after a refit, the best configs so far are screened again
+CALIBRATION_BUDGET = 256  # the small budget of the extra calibration level
+CALIBRATION_LOAD = 0.6  # its rate, as a share of the default's capacity
+MIN_STEPS = 50
+
+
+def key(knobs: Knobs) -> str:
+    return json.dumps(knobs_to_json(knobs), sort_keys=True)
+
+
+@dataclass(slots=True)
+class Simulator:
+    """The run's simulator: the target in virtual time, how it was fitted, what it screened."""
+
+    target: Target  # the real one
+    steps: StepLog | None  # the real engine's steps, when it reports them
+    profile: Profile | None
+    sim: SimTarget | None = None
+    meter: Meter | None = None
+    source: str = ""
+    predicted: dict[str, float] = field(default_factory=dict)  # config key -> capacity
+    screened: int = 0
+    screen_s: float = 0.0
+    ranked: list[Screened] = field(default_factory=list)
+
+    @classmethod
+    def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
+        """None when the target offers no way to fit one (a server and no profile file)."""
+        engine = getattr(target, "engine", None)  # the built-in engine reports its steps
+        steps = None
+        if engine is not None and hasattr(engine, "add_step_listener"):
+            steps = StepLog()
+            engine.add_step_listener(steps)
+        if steps is None and profile is None:
+            return None
+        return cls(target, steps, profile)
+
+    def recording(self, on: bool) -> None:
+        if self.steps is not None:
+            self.steps.active, self.steps._last_end = on, None
+
+    async def fit(self, meter: Meter, levels: list[RealLevel]) -> bool:
+        """(Re)fit the model: on the engine's steps, else the profile's refitted to the real
+        levels; False when there is not enough to fit on."""
+        if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
+            engine: Any = self.target.engine
+            shape = SimEngine(engine.num_kv_blocks, engine.block_size, engine.max_model_len)
+            model = fit_steps(self.steps)
+            self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
+        elif self.profile is not None:
+            shape, model = self.profile.shape, self.profile.model_cost
+            self.source = f"profile of {self.profile.engine} on {self.profile.device}"
+        else:
+            return False
+        self.sim = SimTarget(self.target.facts, self.target.knobs, shape, model)
+        rules = dataclasses.replace(meter.rules, require_schedule=False)
+        self.meter = dataclasses.replace(meter, target=self.sim, clock=time.perf_counter,
+                                         rules=rules)  # fmt: skip
+        if self.steps is None and levels:  # a profile: scale it to what this target shows
+            fitted = await refit(self.sim, self.meter, levels)
+            self.sim.model = fitted.model
+            self.source += f", step time x{fitted.scale:.2f} to match {len(levels)} real levels"
+        return True
+
+    async def rescreen(self, space: SearchSpace, start_rps: float) -> list[Screened]:
+        """The whole space the first time, then the best configs so far again."""
+        assert self.sim is not None and self.meter is not None
+        if not self.ranked:
+            screening = await screen_space(self.sim, self.meter, space, start_rps)
+        else:
+            configs = [s.knobs for s in self.ranked[:RESCREEN_TOP]]
+            screening = await screen(self.sim, self.meter, configs, start_rps)
+        self.screen_s += screening.wall_s
+        self.screened = max(self.screened, len(screening.ranked))
+        seen = {key(s.knobs) for s in screening.ranked}
+        self.ranked = screening.ranked + [s for s in self.ranked if key(s.knobs) not in seen]
+        self.ranked.sort(key=lambda s: -s.capacity_rps)
+        return self.ranked
+
+    def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
+        """Queue the best screened config not measured yet; False when none is left."""
+        for s in self.ranked:
+            if s.knobs not in measured and s.capacity_rps > 0:
+                self.predicted[key(s.knobs)] = s.capacity_rps
+                role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps)
+                study.enqueue_trial(space.to_params(s.knobs), user_attrs=role_attrs)
+                return True
+        return False
+
+
+def calibration_config(space: SearchSpace) -> Knobs:
+    """A small budget with a threshold: steps of small chunks, which the default lacks."""
+    knobs = {**space.default_config(), BUDGET: CALIBRATION_BUDGET}
+    if THRESHOLD in knobs:
+        knobs[THRESHOLD] = CALIBRATION_BUDGET // 4
+    return space.normalise(knobs)
+
+
+async def calibration_level(meter: Meter, space: SearchSpace, capacity_rps: float) -> LevelRun:
+    await meter.target.apply(calibration_config(space))
+    return await meter.level(max(0.1, CALIBRATION_LOAD * capacity_rps))
+
+
+def real_levels(view: RunView) -> list[RealLevel]:
+    """Every real level measured so far that kept its schedule."""
+    return [RealLevel(t.knobs, run.rate_rps, run.records)
+            for t in view.finished for run in view.files.search_runs(t)
+            if run.schedule_ok and run.records]  # fmt: skip
+
+
+def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_ERROR_BOUND
+            ) -> dict[str, Any]:  # fmt: skip
+    """Simulated against measured capacity for every verified config."""
+    verified = []
+    for t in trials:
+        predicted = simulator.predicted.get(key(t.knobs))
+        if predicted is None or not t.finished:
+            continue
+        measured = t.capacity_rps or 0.0
+        if measured:
+            err = abs(predicted - measured) / measured
+        else:  # pruned: capacity lies below its lowest failing rate, so the miss is at least
+            upper = t.upper_bound_rps or 0.0
+            err = max(0.0, predicted / upper - 1) if upper else float("inf")
+        verified.append({"config": knobs_to_json(t.knobs), "simulated_rps": predicted,
+                         "measured_rps": measured or None, "capacity_err": err})  # fmt: skip
+    worst = max((v["capacity_err"] for v in verified), default=0.0)
+    return {"configs_screened": simulator.screened, "configs_verified": len(verified),
+            "screen_s": simulator.screen_s, "model_source": simulator.source,
+            "verified": verified, "max_error": worst, "error_bound": bound,
+            "fell_back": worst > bound}  # fmt: skip

@@ -1,0 +1,121 @@
+"""Screening: the capacity of many configs in virtual time, ranked.
+
+Every config of a grid over the searched knobs gets a full capacity search on the `SimTarget`
+(the same request list, arrivals, level lengths, verdicts and rate search as a real trial, with
+a finer rate tolerance, since a simulated level costs milliseconds). The grid follows the
+structure of the problem: budgets spaced evenly in log space across the searched range, and at
+each budget the threshold off or at a few fractions of the budget, with and without the
+adaptive floor, and each policy the target has.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from engine_lite import Policy
+from tuner.measure.meter import Meter
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.search.space import BUDGET, THRESHOLD, Choices, IntRange, SearchSpace
+from tuner.sim.target import SimTarget
+from tuner.targets.knobs import Knobs
+
+GRID_BUDGETS = 10
+THRESHOLD_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)
+SIM_REL_TOL = 0.04
+ADAPTIVE = "long_prefill_token_threshold_adaptive"
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """One config's simulated capacity (req/s within the SLO) and the levels it took."""
+
+    knobs: Knobs
+    capacity_rps: float
+    levels: int
+
+
+@dataclass(frozen=True, slots=True)
+class Screening:
+    ranked: list[Screened]  # best first
+    wall_s: float
+
+    def top(self, k: int, exclude: list[Knobs] | None = None) -> list[Screened]:
+        skip = exclude or []
+        return [s for s in self.ranked if s.knobs not in skip][:k]
+
+
+def budgets(space: SearchSpace, count: int = GRID_BUDGETS) -> list[int]:
+    """Budgets evenly spaced in log space across the searched range (the default's if none)."""
+    domain = space.domains.get(BUDGET)
+    if not isinstance(domain, IntRange):
+        return [space.default_config()[BUDGET]]
+    ratio = (domain.high / domain.low) ** (1 / max(1, count - 1))
+    base = space.default_config()
+    raw = [round(domain.low * ratio**i) for i in range(count)]
+    return sorted({space.normalise({**base, BUDGET: b})[BUDGET] for b in raw})
+
+
+def grid(space: SearchSpace, at_budgets: list[int], thresholds: bool) -> list[Knobs]:
+    """The configs at these budgets: threshold off, or (with `thresholds`) at fractions of the
+    budget with and without the adaptive floor; each policy the target has. The default first."""
+    base = space.default_config()
+    dims: list[list[dict]] = [[{BUDGET: b} for b in at_budgets]]
+    if thresholds and THRESHOLD in space.domains:
+        adaptive = [False, True] if ADAPTIVE in space.domains else [False]
+        options: list[dict] = [{THRESHOLD: 0}]
+        options += [{"fraction": f, ADAPTIVE: a} for f in THRESHOLD_FRACTIONS for a in adaptive]
+        dims.append(options)
+    policy = space.domains.get("policy")
+    if isinstance(policy, Choices):
+        dims.append([{"policy": Policy(p)} for p in policy.values])
+    out: list[Knobs] = [base]
+    for combo in itertools.product(*dims):
+        knobs = {**base}
+        for part in combo:
+            knobs.update(part)
+        fraction = knobs.pop("fraction", None)
+        if fraction is not None:
+            knobs[THRESHOLD] = max(space.block_size, round(fraction * knobs[BUDGET]))
+        knobs = space.normalise(knobs)
+        if knobs not in out:
+            out.append(knobs)
+    return out
+
+
+async def screen_space(target: SimTarget, meter: Meter, space: SearchSpace,
+                       start_rps: float) -> Screening:  # fmt: skip
+    """Two passes: every budget with the threshold off, then every threshold option at the
+    three best budgets (the threshold only matters near the budget that serves most)."""
+    started = time.perf_counter()
+    first = await screen(target, meter, grid(space, budgets(space), thresholds=False), start_rps)
+    best = list(dict.fromkeys(s.knobs[BUDGET] for s in first.ranked))[:3]
+    done = [s.knobs for s in first.ranked]
+    more = [k for k in grid(space, best, thresholds=True) if k not in done]
+    second = await screen(target, meter, more, first.ranked[0].capacity_rps or start_rps)
+    ranked = sorted(first.ranked + second.ranked, key=lambda s: -s.capacity_rps)
+    return Screening(ranked, time.perf_counter() - started)
+
+
+async def screen(target: SimTarget, meter: Meter, configs: list[Knobs],
+                 start_rps: float) -> Screening:  # fmt: skip
+    """Each config's capacity on the simulator, best first."""
+    started = time.perf_counter()
+    settings = RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=SIM_REL_TOL,
+                                  min_rps=start_rps / 32, max_levels=14)  # fmt: skip
+    out = []
+    for knobs in configs:
+        await target.apply(knobs)
+        result = await meter.capacity(settings)
+        out.append(Screened(knobs, result.capacity_rps, len(result.levels)))
+        # The next search starts where this one ended: neighbouring configs are close.
+        if result.capacity_rps > 0:
+            settings = _restart(settings, result.capacity_rps)
+    out.sort(key=lambda s: -s.capacity_rps)
+    return Screening(out, time.perf_counter() - started)
+
+
+def _restart(settings: RateSearchSettings, rate: float) -> RateSearchSettings:
+    return RateSearchSettings(start_rps=rate, growth=settings.growth, rel_tol=settings.rel_tol,
+                              min_rps=min(settings.min_rps, rate / 32), max_levels=14)  # fmt: skip
