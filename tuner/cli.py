@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
+import shlex
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -23,6 +23,7 @@ from tuner.settings import (
     DEFAULT_TRIALS,
     TuneSettings,
 )
+from tuner.targets.signals import Stopped
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?\s*$")
 
@@ -143,8 +144,17 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     return TuneSettings(**{**values, "time_budget_s": parse_duration(args.time_budget)})
 
 
+def interrupted_line(settings: TuneSettings | None, what: str) -> str:
+    """What a person needs after stopping a run: where it is and how to go on."""
+    run_dir = Path(settings.run_dir) if settings and settings.run_dir else None
+    if run_dir is None or not (run_dir / "run.json").exists():
+        return f"{what} before anything was measured; nothing to resume"
+    return f"{what}; resume with tune --resume {shlex.quote(str(run_dir))}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    settings: TuneSettings | None = None
     try:
         if argv[:1] == ["report"]:
             from tuner.report.publish import report_main
@@ -157,14 +167,18 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
         from tuner.run import run_tune
+        from tuner.targets.signals import run_stoppable
 
-        rec = asyncio.run(run_tune(settings, quiet=args.quiet or args.json))
+        rec = run_stoppable(run_tune(settings, quiet=args.quiet or args.json))
     except TuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; resume with tune --resume RUN_DIR", file=sys.stderr)
+        print(interrupted_line(settings, "interrupted"), file=sys.stderr)
         return 130
+    except Stopped as stop:
+        print(interrupted_line(settings, f"stopped by {stop}"), file=sys.stderr)
+        return stop.exit_code
     if args.json:
         print(json.dumps(rec, indent=2))
     else:
