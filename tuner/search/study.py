@@ -193,9 +193,38 @@ def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def has_role(study: optuna.Study, role: Role) -> bool:
-    """A trial with this role exists (finished, running or queued), so do not enqueue another."""
+    """A trial with this role exists (finished, running or queued), so do not enqueue another.
+    A reference whose measurement was cut short does not count: the report needs it whole."""
     live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    return any(attrs.role_of(t) is role for t in study.get_trials(states=live))
+    trials = [t for t in study.get_trials(states=live) if attrs.role_of(t) is role]
+    if role.is_reference:
+        trials = [t for t in trials if not attrs.was_cut(t)]
+    return bool(trials)
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """The next trial, a queued reference before anything else.
+
+    Optuna hands out queued trials oldest first, so a reference queued again by a resume would
+    wait behind the budget sweep, and a short budget would end the run without it.
+    """
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    references = [t for t in waiting if attrs.role_of(t).is_reference]
+    # The default before the rule of thumb: every comparison in the report is against it.
+    references.sort(key=lambda t: (attrs.role_of(t) is not Role.DEFAULT, t.number))
+    for frozen in references:
+        if _claim(study, frozen):
+            return optuna.Trial(study, frozen._trial_id)
+    return study.ask()
+
+
+def _claim(study: optuna.Study, waiting: FrozenTrial) -> bool:
+    """Take a queued trial as `Study.ask` does (False when another worker took it first)."""
+    storage = study._storage
+    try:
+        return storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
 
 
 def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:

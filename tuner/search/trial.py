@@ -85,7 +85,7 @@ class TrialRunner:
 
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
-        search = RateSearch(self._settings(study))
+        search = RateSearch(self._settings(study, record.role))
         pruned = False
         self.progress.level_started(search.settings.start_rps, 0)
         async for run in self.meter.search_levels(search, deadline):
@@ -97,17 +97,28 @@ class TrialRunner:
             if not search.done:
                 self.progress.level_started(search.next_rate() or 0.0, len(record.levels))
         cut = not pruned and not search.done
-        record.ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
-                         else TrialEnding(search.outcome.value))  # fmt: skip
+        ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
+                  else TrialEnding(search.outcome.value))  # fmt: skip
+        self._end_capacity(study, trial, record, search, ending)
+
+    def _end_capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
+                      search: RateSearch, ending: TrialEnding) -> None:  # fmt: skip
+        """Tell the study how the rate search ended. A search cut short before any level passed
+        has measured no capacity: it fails rather than reading as a capacity of zero (a
+        resume measures a reference again); cut after a pass, its capacity is a lower bound."""
+        record.ending, record.upper_bound_rps = ending, search.upper_bound_rps
+        pruned = ending is TrialEnding.PRUNED
         record.capacity_rps = 0.0 if pruned else search.capacity_rps
-        record.upper_bound_rps = search.upper_bound_rps
-        attrs.end_capacity(trial, record.ending, record.capacity_rps, record.upper_bound_rps)
+        attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps)
         if pruned:
-            study.tell(trial, state=TrialState.PRUNED)
             record.state = TrialState.PRUNED
+            study.tell(trial, state=TrialState.PRUNED)
+        elif ending.cut and record.capacity_rps <= 0:
+            record.state = TrialState.FAIL
+            study.tell(trial, state=TrialState.FAIL)
         else:
-            study.tell(trial, record.capacity_rps)
             record.state, record.value = TrialState.COMPLETE, record.capacity_rps
+            study.tell(trial, record.capacity_rps)
 
     async def _goodput(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord) -> None:
         assert self.rate_rps is not None
@@ -124,9 +135,11 @@ class TrialRunner:
         study.tell(trial, record.value)
         record.state = TrialState.COMPLETE
 
-    def _settings(self, study: optuna.Study) -> RateSearchSettings:
+    def _settings(self, study: optuna.Study, role: Role) -> RateSearchSettings:
         best = best_capacity(study)
-        if best <= 0:
+        if best <= 0 or role.is_reference:
+            # A reference is measured, not raced: from the run's own start rate wherever the
+            # study stands, so a default re-measured after a resume finds the same capacity.
             return self.search
         # Start where the best config stands: failing there settles the trial in one level.
         growth = min(self.search.growth, LATER_GROWTH)

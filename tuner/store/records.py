@@ -46,6 +46,12 @@ class TrialEnding(enum.StrEnum):
     FEASIBLE = "feasible"  # --rate mode: every constraint holds
     INFEASIBLE = "infeasible"
 
+    @property
+    def cut(self) -> bool:
+        """The measurement stopped before the rate search did: a capacity so ended is at most
+        a lower bound."""
+        return self is TrialEnding.TIME_BUDGET
+
 
 @dataclass(slots=True)
 class TrialRecord:
