@@ -154,6 +154,18 @@ def test_goodput_at_a_fixed_rate_reports_an_infeasible_slo_with_the_closest_conf
             "unknown placeholder {nope}",
         ),
         (["--resume", "/nonexistent/run"], "no run.json"),
+        (
+            [
+                "--slo",
+                "tpot_p99=30ms",
+                "--url",
+                "http://127.0.0.1:9",
+                "--served-model",
+                "m",
+                "--quiet",
+            ],
+            "cannot reach http://127.0.0.1:9",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_value(argv, named, capsys, tmp_path):

@@ -30,6 +30,7 @@ from tuner.store.runfiles import (
     RunView,
     write_trials_table,
 )
+from tuner.targets.base import ServerLost
 
 REBUILT = "rebuilt from records (the run ended before its confirmation)"
 
@@ -82,7 +83,24 @@ def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study]:
     return files, study
 
 
-def rebuild_confirmation(view: RunView) -> Confirmation:
+def report_lost_server(files: RunFiles, study: optuna.Study, lost: ServerLost) -> TuneError:
+    """Report what was measured before the server was lost (as `tune report` would), and the
+    one-line error the run ends with."""
+    view = RunView.read(files, study)
+    levels = sum(len(t.levels) for t in view.trials)
+    if levels == 0:
+        return TuneError(str(lost))
+    conf = rebuild_confirmation(view, stopped_by=f"the server was lost: {lost}")
+    files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    publish(files, study)
+    measured = "1 load level" if levels == 1 else f"{levels} load levels"
+    return TuneError(
+        f"the server stopped answering: {lost}; what was measured ({measured}) is reported in "
+        f"{files.root / 'recommendation.html'}; tune --resume {files.root} goes on from there"
+    )
+
+
+def rebuild_confirmation(view: RunView, stopped_by: str = REBUILT) -> Confirmation:
     """Intervals from the records on disk, for a run that ended before its confirmation."""
     settings = view.settings
     rate = settings.get("rate_rps")
@@ -96,7 +114,7 @@ def rebuild_confirmation(view: RunView) -> Confirmation:
                 view.mode, settings.get("seed", 0),
             ))  # fmt: skip
     chosen = choose(candidates)
-    return Confirmation(candidates, chosen.trial if chosen else None, None, REBUILT, None)
+    return Confirmation(candidates, chosen.trial if chosen else None, None, stopped_by, None)
 
 
 def report_main(argv: list[str]) -> int:

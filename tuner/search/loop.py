@@ -15,6 +15,7 @@ from tuner.search.study import ask, best_trial, finished_trials, top_trials
 from tuner.search.trial import TrialRunner
 from tuner.store import attrs
 from tuner.store.records import Mode
+from tuner.targets.base import ServerLost
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0
@@ -101,8 +102,11 @@ async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budg
         except Exception as exc:
             if isinstance(exc, TuneError) and best_trial(study) is None:
                 raise  # nothing has ever worked: a broken setup, not a bad config
+            if isinstance(exc, ServerLost) and not exc.restartable:
+                raise  # nothing more can be measured
             failed_in_a_row += 1
-            runner.progress.line(f"trial {trial.number + 1} failed: {exc}")
+            how = "was cut short" if isinstance(exc, ServerLost) else "failed"
+            runner.progress.line(f"trial {trial.number + 1} {how}: {exc}")
             if failed_in_a_row >= MAX_FAILED_IN_A_ROW:
                 raise
             continue

@@ -19,6 +19,7 @@ from tuner.search.study import best_capacity
 from tuner.store import attrs
 from tuner.store.records import Mode, Role, TrialEnding, TrialRecord
 from tuner.store.runfiles import RunFiles
+from tuner.targets.base import ServerLost
 from tuner.targets.knobs import Knobs
 
 # A constraint for a term that had no successful request at all: clearly infeasible, finite
@@ -75,7 +76,11 @@ class TrialRunner:
             else:
                 await self._capacity(study, trial, record, deadline_s)
         except BaseException as exc:
-            study.tell(trial, state=TrialState.FAIL)
+            if isinstance(exc, ServerLost) and exc.records:  # a failed request is a record too
+                path = self.files.lost_level_path(trial.number, len(record.levels))
+                self.files.write_records(path, exc.records)
+            if record.state is TrialState.RUNNING:  # not yet told how it ended
+                study.tell(trial, state=TrialState.FAIL)
             if not isinstance(exc, Exception):
                 # Interrupted, not broken: queue the same config so a resume measures it.
                 study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(role))
@@ -86,20 +91,30 @@ class TrialRunner:
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
         search = RateSearch(self._settings(study, record.role))
-        pruned = False
+        try:
+            pruned = await self._levels(trial, record, search, deadline)
+        except ServerLost:
+            # What passed before the server went still bounds the capacity from below.
+            self._end_capacity(study, trial, record, search, TrialEnding.SERVER_LOST)
+            raise
+        cut = not pruned and not search.done
+        ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
+                  else TrialEnding(search.outcome.value))  # fmt: skip
+        self._end_capacity(study, trial, record, search, ending)
+
+    async def _levels(self, trial: optuna.Trial, record: TrialRecord, search: RateSearch,
+                      deadline: float | None) -> bool:  # fmt: skip
+        """Measure the levels the search asks for; True when the pruner stopped the trial."""
         self.progress.level_started(search.settings.start_rps, 0)
         async for run in self.meter.search_levels(search, deadline):
             self._keep(trial, record, run)
             trial.report(search.upper_bound_rps, len(record.levels) - 1)
             self.progress.level_done(run.level, search)
-            if pruned := trial.should_prune():
-                break
+            if trial.should_prune():
+                return True
             if not search.done:
                 self.progress.level_started(search.next_rate() or 0.0, len(record.levels))
-        cut = not pruned and not search.done
-        ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
-                  else TrialEnding(search.outcome.value))  # fmt: skip
-        self._end_capacity(study, trial, record, search, ending)
+        return False
 
     def _end_capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                       search: RateSearch, ending: TrialEnding) -> None:  # fmt: skip

@@ -46,6 +46,10 @@ class RunFiles:
     def level_path(self, trial: int, level: int) -> Path:
         return self.records_dir / f"trial-{trial:04d}-level-{level:02d}.jsonl"
 
+    def lost_level_path(self, trial: int, level: int) -> Path:
+        """The requests of a level the server did not live through: kept, never judged."""
+        return self.records_dir / f"trial-{trial:04d}-level-{level:02d}-server-lost.jsonl"
+
     def confirm_path(self, trial: int, index: int, rate_rps: float) -> Path:
         return self.records_dir / f"confirm-{trial:04d}-{index:02d}-{rate_rps:.6f}rps.jsonl"
 

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen import HttpTarget, RequestSpec, replay
+from loadgen import HttpTarget, LoadgenError, RequestRecord, RequestSpec, replay
 from tuner.errors import TuneError
 from tuner.targets.base import (
     LevelReplay,
     ReplayPlan,
+    ServerLost,
     ServerStats,
     TargetFacts,
     TargetKind,
@@ -127,17 +128,35 @@ class _HttpLevels:
                      plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         if self.prometheus is not None:
             await self.prometheus.begin()
-        result = await replay(self._client, list(requests), offsets, warmup=plan.warmup,
-                              timeout_s=plan.timeout_s, progress=False,
-                              lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
-        self.check_alive()
+        try:
+            result = await replay(self._client, list(requests), offsets, warmup=plan.warmup,
+                                  timeout_s=plan.timeout_s, progress=False,
+                                  lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
+        except LoadgenError as exc:  # the server did not answer before the first request
+            raise self.lost(str(exc), []) from None
+        if (gone := await self.gone(result.records)) is not None:
+            raise self.lost(gone, result.records)
         server = ServerStats()
         if self.prometheus is not None:
             server = await self.prometheus.end(span_s(result))
         return LevelReplay(result, server)
 
-    def check_alive(self) -> None:
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        """Why the server is no longer there after a level, or None when it still answers.
+        Failed requests alone are a verdict on the config; a server that no longer answers
+        at all is not one."""
+        if all(r.success for r in records):
+            return None
+        try:
+            await self._client.open()  # GET /v1/models, one line when unreachable
+        except LoadgenError as exc:
+            return str(exc)
+        finally:
+            await self._client.close()
         return None
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records)
 
 
 class LaunchTarget(_HttpLevels):
@@ -174,8 +193,7 @@ class LaunchTarget(_HttpLevels):
 
     async def apply(self, knobs: Knobs) -> None:
         config = self.knobs.complete(knobs)
-        if self._server is not None and config == self._knobs:
-            self._server.check_alive()
+        if self._server is not None and config == self._knobs and self._server.alive:
             return  # same config as the running server: no restart
         await self.close()
         self._knobs = config
@@ -186,9 +204,13 @@ class LaunchTarget(_HttpLevels):
                                       log_path=log)  # fmt: skip
         await self._server.start()
 
-    def check_alive(self) -> None:
-        if self._server is not None:
-            self._server.check_alive()
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        if self._server is not None and (exited := self._server.exit_reason()) is not None:
+            return exited
+        return await super().gone(records)
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records, restartable=True)  # the next config starts its own
 
     async def close(self) -> None:
         if self._server is not None:

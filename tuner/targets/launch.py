@@ -151,13 +151,21 @@ class LaunchedServer:
                     )
                 await asyncio.sleep(0.25)
 
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_reason(self) -> str | None:
+        """Why the server is gone, when its process has exited (None while it runs)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return (f"--launch server exited with status {self.proc.returncode}: "
+                f"{shlex.join(self.argv)}; check its log{self._log_hint()}")  # fmt: skip
+
     def check_alive(self) -> None:
         """Raise when the server process has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise TuneError(
-                f"--launch server exited with status {self.proc.returncode}: "
-                f"{shlex.join(self.argv)}; check its log{self._log_hint()}"
-            )
+        if (reason := self.exit_reason()) is not None:
+            raise TuneError(reason)
 
     async def stop(self) -> None:
         """SIGTERM the process group, then SIGKILL it if it is still there after the grace."""
