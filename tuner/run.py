@@ -72,12 +72,12 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
     except SLOError as exc:
         raise TuneError(f"--slo: {exc}") from None
     files = RunFiles(settings.resolved_run_dir())
-    files.ensure()
+    files.check_writable()
     target = target or open_target(settings.target_options(files.root / "server-logs"))
     try:
         run = prepare(settings, slo, files, target, clock)
         files.write_json(RUN_FILE, run_info(run))
-        status = RunStatus(settings.trials, settings.time_budget_s, clock)
+        status = RunStatus(settings.trials, settings.time_budget_s, clock, str(files.root))
         with make_display(status, quiet) as display:
             try:
                 conf = await measure(run, budget, display)

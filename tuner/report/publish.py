@@ -18,14 +18,13 @@ from tuner.report.recommendation import build_recommendation
 from tuner.report.render import write_reports
 from tuner.report.summary import print_summary
 from tuner.search.confirm import build_candidate, candidate_rate, choose
-from tuner.search.study import storage_url, top_trials
+from tuner.search.study import load_study, storage_url, top_trials
 from tuner.store.codec import confirmation_json
 from tuner.store.records import Confirmation, Role
 from tuner.store.runfiles import (
     CONFIRMATION_FILE,
     DEFAULT_RECORDS,
     RECOMMENDED_RECORDS,
-    RUN_FILE,
     RunFiles,
     RunView,
     write_trials_table,
@@ -72,15 +71,9 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
 def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study]:
     """A run folder and its study (wherever its storage is)."""
     files = RunFiles(run_dir)
-    info = files.read_json(RUN_FILE)
-    if not isinstance(info, dict) or "settings" not in info:
-        raise TuneError(f"{run_dir} has no {RUN_FILE}; pass the folder a tune run wrote")
+    info = files.read_run_info()
     storage = storage_url(info["settings"].get("storage"), files.root)
-    try:
-        study = optuna.load_study(study_name=info["study_name"], storage=storage)
-    except KeyError:
-        raise TuneError(f"study {info['study_name']!r} is not in {storage}") from None
-    return files, study
+    return files, load_study(info["study_name"], storage)
 
 
 def report_lost_server(files: RunFiles, study: optuna.Study, lost: ServerLost) -> TuneError:
@@ -123,6 +116,7 @@ def report_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the recommendation JSON")
     args = parser.parse_args(argv)
     files, study = open_run(Path(args.run_dir))
+    files.check_writable()  # the report is written beside the run
     if files.read_json(CONFIRMATION_FILE) is None:
         conf = rebuild_confirmation(RunView.read(files, study))
         files.write_json(CONFIRMATION_FILE, confirmation_json(conf))

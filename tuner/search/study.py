@@ -16,11 +16,15 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.errors import TuneError
 from tuner.store import attrs
 from tuner.store.records import Mode, Role
 
+# What opening a missing, unwritable or damaged storage raises (SQLAlchemy's errors for an RDB
+# URL or a SQLite file that is not a database, OSError for a journal file).
+_STORAGE_ERRORS = (ImportError, ValueError, RuntimeError, OSError, SQLAlchemyError)
 STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
 
 
@@ -51,11 +55,22 @@ def storage_url(storage: str | None, run_dir: Path) -> str | optuna.storages.Bas
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    """SQLAlchemy's messages run to several lines (the SQL, a link); the first says it."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _journal(path: str) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(path))
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path))
+    except OSError as exc:
+        raise TuneError(
+            f"--storage {path}: cannot write there ({exc.strerror or exc}); give a journal file "
+            "in a folder you can write to"
+        ) from None
 
 
 def make_sampler(
@@ -136,8 +151,8 @@ def open_study(
         study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                     pruner=pruner, direction="maximize",
                                     load_if_exists=True)  # fmt: skip
-    except (ImportError, ValueError, RuntimeError) as exc:
-        raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
+    except _STORAGE_ERRORS as exc:
+        raise TuneError(f"cannot open study storage {storage!r}: {_first_line(exc)}") from None
     old = attrs.study_meta(study)
     if old is None:
         attrs.set_study_meta(study, meta)
@@ -149,6 +164,16 @@ def open_study(
                 f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
             )
     return study
+
+
+def load_study(study_name: str, storage: str | optuna.storages.BaseStorage) -> optuna.Study:
+    """An existing study, to report on; a storage that is missing or damaged is one line."""
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise TuneError(f"study {study_name!r} is not in {storage}") from None
+    except _STORAGE_ERRORS as exc:
+        raise TuneError(f"cannot read study storage {storage!r}: {_first_line(exc)}") from None
 
 
 def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
