@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
@@ -46,6 +47,17 @@ async def test_a_default_cut_by_ctrl_c_is_measured_again_from_its_own_start(
     assert default["capacity_rps"] == fresh["default"]["capacity_rps"] > 0
     assert resumed["ratio_vs_default"] is not None
     assert "the vLLM default's" in resumed["summary"]
+
+
+async def test_an_interrupted_run_has_its_trials_table_up_to_the_interrupted_level(
+    tmp_path, fake_clock, faulty_target
+):
+    target = faulty_target(at_level=7)  # the default takes the first few levels; then the next
+    with pytest.raises(asyncio.CancelledError):
+        await run_tune(run_settings(tmp_path), quiet=True, clock=fake_clock, target=target)
+    table = pd.read_csv(tmp_path / "trials.csv")
+    assert len(table) == 6  # every level measured before the interrupt
+    assert table["state"].iloc[0] == "complete" and table["state"].iloc[-1] == "fail"
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from tuner.search.space import SearchSpace
 from tuner.search.study import best_capacity
 from tuner.store import attrs
 from tuner.store.records import Mode, Role, TrialEnding, TrialRecord
-from tuner.store.runfiles import RunFiles
+from tuner.store.runfiles import RunFiles, write_trials_table
 from tuner.targets.base import ServerLost
 from tuner.targets.knobs import Knobs
 
@@ -85,8 +85,16 @@ class TrialRunner:
                 # Interrupted, not broken: queue the same config so a resume measures it.
                 study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(role))
             raise
+        finally:
+            self._write_table(study)
         self.progress.trial_done(record)
         return record
+
+    def _write_table(self, study: optuna.Study) -> None:
+        """trials.csv as of now: a run stopped at any point still has every level it measured."""
+        slo, rules = self.meter.slo, self.meter.rules
+        trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
+        write_trials_table(trials, self.files)
 
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
