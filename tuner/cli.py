@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import dataclasses
 import json
 import re
+import shlex
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -23,6 +24,7 @@ from tuner.settings import (
     DEFAULT_TRIALS,
     TuneSettings,
 )
+from tuner.targets.signals import Stopped
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?\s*$")
 
@@ -76,10 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="narrow or add a searched knob (repeatable)")
     s.add_argument("--fix", action="append", default=[], metavar="NAME=V",
                    help="pin a knob (repeatable)")
-    s.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="most trials in the "
-                   f"study, references included (default {DEFAULT_TRIALS})")
-    s.add_argument("--time-budget", default=f"{DEFAULT_TIME_BUDGET_S:g}s",
-                   help="wall-clock budget of this run, e.g. 10m (default 9m)")
+    s.add_argument("--trials", type=int, help="most trials in the study, references included "
+                   f"(default {DEFAULT_TRIALS}; a resume keeps the run's)")
+    s.add_argument("--time-budget", help="wall-clock budget of this run, e.g. 10m (default 9m; "
+                   "a resume keeps the run's)")
     s.add_argument("--rate", type=float, help="optimise goodput at this fixed rate (req/s)")
     s.add_argument("--repeats", type=int, default=1,
                    help="re-measurements of each top config (default 1)")
@@ -138,27 +140,58 @@ _FLAG_OF = {"level_s": "level_seconds", "params": "param", "fixed": "fix", "rate
             "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget"}  # fmt: skip
 
 
+# What a resume may change; everything else is the run's, as saved in its run.json.
+_RESUME_FLAGS = {"resume", "trials", "time_budget", "json", "quiet"}
+
+
 def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     if args.resume:
-        from tuner.store.runfiles import RUN_FILE, RunFiles
-
-        info = RunFiles(Path(args.resume)).read_json(RUN_FILE)
-        if info is None:
-            raise TuneError(
-                f"--resume {args.resume}: no {RUN_FILE} there; is it a tune run folder?"
-            )
-        data: dict[str, Any] = dict(info["settings"])
-        budget = parse_duration(args.time_budget)
-        data.update(trials=args.trials, time_budget_s=budget, run_dir=args.resume)
-        return TuneSettings.from_json(data)
+        return resume_settings(args)
     if not args.slo:
         raise TuneError("--slo is required, e.g. tune --slo tpot_p99=30ms")
     values = {f.name: getattr(args, _FLAG_OF.get(f.name, f.name)) for f in fields(TuneSettings)}
-    return TuneSettings(**{**values, "time_budget_s": parse_duration(args.time_budget)})
+    values["trials"] = DEFAULT_TRIALS if args.trials is None else args.trials
+    budget = f"{DEFAULT_TIME_BUDGET_S:g}s" if args.time_budget is None else args.time_budget
+    values["time_budget_s"] = parse_duration(budget)
+    return TuneSettings(**values)
+
+
+def resume_settings(args: argparse.Namespace) -> TuneSettings:
+    """The run's saved settings, with the budget and trial count it saved unless given again."""
+    from tuner.store.runfiles import RUN_FILE, RunFiles
+
+    defaults = vars(build_parser().parse_args([]))
+    given = vars(args).items()
+    changed = sorted(k for k, v in given if k not in _RESUME_FLAGS and v != defaults[k])
+    if changed:
+        raise TuneError(
+            f"--{changed[0].replace('_', '-')} cannot change on --resume: the run keeps the "
+            "settings it was started with; only --trials and --time-budget may be given again"
+        )
+    files = RunFiles(Path(args.resume))
+    saved: dict[str, Any] = {**files.read_run_info()["settings"], "run_dir": args.resume}
+    try:
+        settings = TuneSettings.from_json(saved)
+    except (TuneError, TypeError) as exc:
+        raise TuneError(f"{files.root / RUN_FILE} holds invalid settings ({exc})") from None
+    if args.trials is not None:
+        settings = dataclasses.replace(settings, trials=args.trials)
+    if args.time_budget is not None:
+        settings = dataclasses.replace(settings, time_budget_s=parse_duration(args.time_budget))
+    return settings
+
+
+def interrupted_line(settings: TuneSettings | None, what: str) -> str:
+    """What a person needs after stopping a run: where it is and how to go on."""
+    run_dir = Path(settings.run_dir) if settings and settings.run_dir else None
+    if run_dir is None or not (run_dir / "run.json").exists():
+        return f"{what} before anything was measured; nothing to resume"
+    return f"{what}; resume with tune --resume {shlex.quote(str(run_dir))}"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    settings: TuneSettings | None = None
     try:
         if argv[:1] == ["report"]:
             from tuner.report.publish import report_main
@@ -171,14 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
         from tuner.run import run_tune
+        from tuner.targets.signals import run_stoppable
 
-        rec = asyncio.run(run_tune(settings, quiet=args.quiet or args.json))
+        rec = run_stoppable(run_tune(settings, quiet=args.quiet or args.json))
     except TuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; resume with tune --resume RUN_DIR", file=sys.stderr)
+        print(interrupted_line(settings, "interrupted"), file=sys.stderr)
         return 130
+    except Stopped as stop:
+        print(interrupted_line(settings, f"stopped by {stop}"), file=sys.stderr)
+        return stop.exit_code
     if args.json:
         print(json.dumps(rec, indent=2))
     else:

@@ -17,7 +17,7 @@ from tuner.errors import TuneError
 from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
-from tuner.report.publish import publish
+from tuner.report.publish import publish, report_lost_server
 from tuner.search import fidelity
 from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, run_search
@@ -47,7 +47,7 @@ from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
 from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
 from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
-from tuner.targets.base import ReplayPlan, Target
+from tuner.targets.base import ReplayPlan, ServerLost, Target
 from tuner.targets.factory import open_target
 
 
@@ -77,29 +77,37 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
     except SLOError as exc:
         raise TuneError(f"--slo: {exc}") from None
     files = RunFiles(settings.resolved_run_dir())
-    files.ensure()
+    files.check_writable()
     target = target or open_target(settings.target_options(files.root / "server-logs"))
     try:
         run = prepare(settings, slo, files, target, clock)
         files.write_json(RUN_FILE, run_info(run))
-        status = RunStatus(settings.trials, settings.time_budget_s, clock)
+        status = RunStatus(settings.trials, settings.time_budget_s, clock, str(files.root))
         with make_display(status, quiet) as display:
-            log = await search_with_simulator(run, budget, display)
-            if log is None:
-                log = await search(run, budget, display)
-            view = RunView.read(files, run.study)  # the trials as the search left them
-            display.set_phase("confirming the top configs")
-            candidates = await confirm_top(run, view, budget)
-            chosen = choose(candidates)
-            display.set_phase("measuring the default at the recommended rate")
-            same_rate = await check_same_traffic(run, view, chosen, budget)
+            try:
+                conf = await measure(run, budget, display)
+            except ServerLost as lost:  # report what was measured, then say what happened
+                raise report_lost_server(files, run.study, lost) from None
             display.set_phase("writing the report")
-            conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
-                                log.stopped_by, budget.elapsed_s)  # fmt: skip
             files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
             return publish(files, run.study)
     finally:
         await target.close()
+
+
+async def measure(run: TuneRun, budget: Budget, display: StatusSink) -> Confirmation:
+    """The measuring phases: search, confirm the top configs, the default at their rate."""
+    log = await search_with_simulator(run, budget, display)
+    if log is None:
+        log = await search(run, budget, display)
+    view = RunView.read(run.files, run.study)  # the trials as the search left them
+    display.set_phase("confirming the top configs")
+    candidates = await confirm_top(run, view, budget)
+    chosen = choose(candidates)
+    display.set_phase("measuring the default at the recommended rate")
+    same_rate = await check_same_traffic(run, view, chosen, budget)
+    return Confirmation(candidates, chosen.trial if chosen else None, same_rate, log.stopped_by,
+                        budget.elapsed_s)  # fmt: skip
 
 
 def prepare(

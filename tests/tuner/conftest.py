@@ -6,8 +6,9 @@ serve the most; time only passes when it serves a level, so a whole run takes no
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -97,3 +98,29 @@ def fake_clock() -> FakeClock:
 @pytest.fixture
 def sim_target(fake_clock: FakeClock) -> SimulatedTarget:
     return SimulatedTarget(fake_clock)
+
+
+class FaultyTarget(SimulatedTarget):
+    """The simulated server, with a fault raised in place of its `at_level`-th level (counted
+    over calibration, search and confirmation alike)."""
+
+    def __init__(self, clock: FakeClock, at_level: int | None = None,
+                 fault: BaseException | None = None) -> None:  # fmt: skip
+        super().__init__(clock)
+        self.at_level, self.fault = at_level, fault or asyncio.CancelledError()
+        self.levels = 0
+
+    async def replay(
+        self, requests: Sequence[RequestSpec], offsets: Sequence[float], plan: ReplayPlan
+    ) -> LevelReplay:
+        self.levels += 1
+        if self.levels == self.at_level:
+            raise self.fault
+        return await super().replay(requests, offsets, plan)
+
+
+@pytest.fixture
+def faulty_target(fake_clock: FakeClock) -> Callable[..., FaultyTarget]:
+    """`faulty_target(at_level=2)`: Ctrl-C (a cancellation, as asyncio delivers it) during the
+    second level; `fault=` raises something else there."""
+    return lambda **kw: FaultyTarget(fake_clock, **kw)

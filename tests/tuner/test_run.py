@@ -83,3 +83,14 @@ async def test_a_knob_the_target_lacks_is_refused(tmp_path, sim_target, fake_clo
     with pytest.raises(TuneError, match=named):
         await run_tune(settings(tmp_path, **changes), quiet=True, clock=fake_clock,
                        target=sim_target)  # fmt: skip
+
+
+async def test_a_budget_too_short_for_the_default_reports_its_capacity_as_a_lower_bound(
+    tmp_path, sim_target, fake_clock
+):
+    rec = await run_tune(settings(tmp_path, time_budget_s=20.0, start_rps=2.0), quiet=True,
+                         clock=fake_clock, target=sim_target)  # fmt: skip
+    default = rec["default"]
+    assert default["capacity_rps"] == 2.0 and default["lower_bound"]  # one level, then the end
+    assert default["limited_by"].startswith("not measured: its search was cut short")
+    assert "the vLLM default's 2.00 (a lower bound" in rec["summary"]

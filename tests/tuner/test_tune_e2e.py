@@ -154,10 +154,23 @@ def test_goodput_at_a_fixed_rate_reports_an_infeasible_slo_with_the_closest_conf
             "unknown placeholder {nope}",
         ),
         (["--resume", "/nonexistent/run"], "no run.json"),
+        (
+            [
+                "--slo",
+                "tpot_p99=30ms",
+                "--url",
+                "http://127.0.0.1:9",
+                "--served-model",
+                "m",
+                "--quiet",
+            ],
+            "cannot reach http://127.0.0.1:9",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_value(argv, named, capsys, tmp_path):
-    assert main([*argv, "--run-dir", str(tmp_path / "r")]) == 2
+    run_dir = [] if "--resume" in argv else ["--run-dir", str(tmp_path / "r")]
+    assert main([*argv, *run_dir]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and named in err and "\n" not in err
 

@@ -4,7 +4,6 @@ outputs: the terminal table, a CI job-summary in Markdown, JUnit XML and JSON.""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -21,6 +20,7 @@ from tuner.bench.gate import BenchOutcome, FigureRow, compare, measure_suite
 from tuner.bench.stats import Verdict, parse_tolerance
 from tuner.bench.suite import BenchMode, BenchSuite, load_suite
 from tuner.errors import TuneError
+from tuner.targets.signals import Stopped, run_stoppable
 
 EXIT_OK, EXIT_REGRESSION, EXIT_CANNOT_RUN = 0, 1, 2
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not args.update_baseline:
         baseline = load_baseline(args.baseline)  # fail before measuring for minutes
     with console.status(f"measuring suite {suite.name}") as status:
-        measured = asyncio.run(measure_suite(suite, progress=lambda s: status.update(s)))
+        measured = run_stoppable(measure_suite(suite, progress=lambda s: status.update(s)))
     outcome = BenchOutcome(suite=suite, baseline=measured)
     if baseline is not None:
         outcome.rows = compare(measured, baseline, suite, noise_floor=noise)
@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # TuneError, and the other packages' user errors (SLO, workload)
         console.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        console.print("interrupted; nothing was compared", markup=False, highlight=False)
+        return 130
+    except Stopped as stop:
+        console.print(f"stopped by {stop}; nothing was compared", markup=False, highlight=False)
+        return stop.exit_code
 
 
 _MARK = {Verdict.OK: "ok", Verdict.REGRESSION: "REGRESSION", Verdict.IMPROVEMENT: "improved"}

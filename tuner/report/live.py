@@ -21,10 +21,12 @@ from tuner.targets.knobs import Knobs
 class RunStatus:
     """Everything the display shows, updated by the run and by trials."""
 
-    def __init__(self, total_trials: int, budget_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, total_trials: int, budget_s: float, clock: Callable[[], float],
+                 run_dir: str = "") -> None:  # fmt: skip
         self.total_trials = total_trials
         self.budget_s = budget_s
         self.clock = clock
+        self.run_dir = run_dir  # where the run writes, so a person can find (or resume) it
         self.start_s = clock()
         self.phase = "starting"
         self.trial = ""
@@ -116,6 +118,7 @@ class LiveDisplay(StatusSink):
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold cyan", justify="right")
         table.add_column()
+        table.add_row("run folder", s.run_dir or "-")
         table.add_row("phase", s.phase)
         table.add_row("trial", s.trial or "-")
         table.add_row("config", s.config or "-")
@@ -148,6 +151,11 @@ class LineDisplay(StatusSink):
     def set_phase(self, phase: str) -> None:
         super().set_phase(phase)
         self.line(phase)
+
+    def __enter__(self) -> LineDisplay:
+        if self.status.run_dir:
+            self.line(f"run folder: {self.status.run_dir}")
+        return self
 
 
 def make_display(status: RunStatus, quiet: bool) -> StatusSink:

@@ -18,18 +18,18 @@ from tuner.report.recommendation import build_recommendation
 from tuner.report.render import write_reports
 from tuner.report.summary import print_summary
 from tuner.search.confirm import build_candidate, candidate_rate, choose
-from tuner.search.study import storage_url, top_trials
+from tuner.search.study import load_study, storage_url, top_trials
 from tuner.store.codec import confirmation_json
 from tuner.store.records import Confirmation, Role
 from tuner.store.runfiles import (
     CONFIRMATION_FILE,
     DEFAULT_RECORDS,
     RECOMMENDED_RECORDS,
-    RUN_FILE,
     RunFiles,
     RunView,
     write_trials_table,
 )
+from tuner.targets.base import ServerLost
 
 REBUILT = "rebuilt from records (the run ended before its confirmation)"
 
@@ -71,18 +71,29 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
 def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study]:
     """A run folder and its study (wherever its storage is)."""
     files = RunFiles(run_dir)
-    info = files.read_json(RUN_FILE)
-    if not isinstance(info, dict) or "settings" not in info:
-        raise TuneError(f"{run_dir} has no {RUN_FILE}; pass the folder a tune run wrote")
+    info = files.read_run_info()
     storage = storage_url(info["settings"].get("storage"), files.root)
-    try:
-        study = optuna.load_study(study_name=info["study_name"], storage=storage)
-    except KeyError:
-        raise TuneError(f"study {info['study_name']!r} is not in {storage}") from None
-    return files, study
+    return files, load_study(info["study_name"], storage)
 
 
-def rebuild_confirmation(view: RunView) -> Confirmation:
+def report_lost_server(files: RunFiles, study: optuna.Study, lost: ServerLost) -> TuneError:
+    """Report what was measured before the server was lost (as `tune report` would), and the
+    one-line error the run ends with."""
+    view = RunView.read(files, study)
+    levels = sum(len(t.levels) for t in view.trials)
+    if levels == 0:
+        return TuneError(str(lost))
+    conf = rebuild_confirmation(view, stopped_by=f"the server was lost: {lost}")
+    files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    publish(files, study)
+    measured = "1 load level" if levels == 1 else f"{levels} load levels"
+    return TuneError(
+        f"the server stopped answering: {lost}; what was measured ({measured}) is reported in "
+        f"{files.root / 'recommendation.html'}; tune --resume {files.root} goes on from there"
+    )
+
+
+def rebuild_confirmation(view: RunView, stopped_by: str = REBUILT) -> Confirmation:
     """Intervals from the records on disk, for a run that ended before its confirmation."""
     settings = view.settings
     rate = settings.get("rate_rps")
@@ -96,7 +107,7 @@ def rebuild_confirmation(view: RunView) -> Confirmation:
                 view.mode, settings.get("seed", 0),
             ))  # fmt: skip
     chosen = choose(candidates)
-    return Confirmation(candidates, chosen.trial if chosen else None, None, REBUILT, None)
+    return Confirmation(candidates, chosen.trial if chosen else None, None, stopped_by, None)
 
 
 def report_main(argv: list[str]) -> int:
@@ -105,6 +116,7 @@ def report_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the recommendation JSON")
     args = parser.parse_args(argv)
     files, study = open_run(Path(args.run_dir))
+    files.check_writable()  # the report is written beside the run
     if files.read_json(CONFIRMATION_FILE) is None:
         conf = rebuild_confirmation(RunView.read(files, study))
         files.write_json(CONFIRMATION_FILE, confirmation_json(conf))

@@ -51,7 +51,7 @@ def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
         "ratio_vs_rule_of_thumb": _ratio(best, thumb) if feasible else None,
         "default_at_recommended_rate": same_rate_json(conf.same_rate),
         "flags": _flags(best["config"]) if best and feasible else None,
-        "closest": None if feasible else _closest(finished),
+        "closest": None if feasible else _closest(view.trials),
         "top": sorted((candidate_json(c) for c in conf.candidates),
                       key=lambda c: -(c["confirmed_rps"] or 0)),
         "trials": [_trial_row(t) for t in finished],
@@ -91,6 +91,7 @@ def config_entry(trial: TrialRecord, candidate: Candidate | None) -> dict[str, A
         "limited_by": limited_by(trial), "rate_rps": verdict.rate_rps if verdict else None,
         "terms": [term_json(t) for t in verdict.terms] if verdict else [],
         "binding": binding.name if binding else None,
+        "lower_bound": bool(trial.ending and trial.ending.cut),
     }  # fmt: skip
     if candidate is not None:
         entry.update(capacity_rps=candidate.confirmed_rps if candidate.clears else value,
@@ -104,6 +105,8 @@ def limited_by(trial: TrialRecord) -> str:
     """What failed at the lowest failing rate above the capacity, in words."""
     capacity = trial.capacity_rps or 0.0
     failing = [lv for lv in trial.levels if not lv.passed and lv.rate_rps > capacity]
+    if not failing and trial.ending and trial.ending.cut:
+        return f"not measured: its search was cut short ({trial.ending.value}), a lower bound"
     if not failing:
         return "not reached: the search stopped before any rate failed"
     level = min(failing, key=lambda lv: lv.rate_rps)
@@ -122,7 +125,8 @@ def _flags(knobs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:
-    """The level that came nearest to meeting the SLO (its binding term's largest margin)."""
+    """The level that came nearest to meeting the SLO (its binding term's largest margin), in
+    any trial: a measurement cut short still measured its levels."""
     levels = [(t, lv, lv.verdict.binding) for t in trials for lv in t.levels]
     scored = [x for x in levels if x[2] is not None and math.isfinite(x[2].margin_frac)]
     if not scored:

@@ -15,16 +15,15 @@ from tuner.store.runfiles import RunFiles
 
 def write_reports(rec: dict[str, Any], figures: dict[str, bytes], files: RunFiles) -> list[Path]:
     """recommendation.json, .md (plots as PNG files) and a self-contained .html."""
-    files.plots_dir.mkdir(parents=True, exist_ok=True)
     for name, png in figures.items():
-        (files.plots_dir / f"{name}.png").write_bytes(png)
+        files.write_bytes(files.plots_dir / f"{name}.png", png)
     paths = [files.write_json("recommendation.json", rec)]
     for name, text in (
         ("recommendation.md", render_markdown(rec, figures)),
         ("recommendation.html", render_html(rec, figures)),
     ):
         path = files.root / name
-        path.write_text(text, encoding="utf-8")
+        files.write_text(path, text)
         paths.append(path)
     return paths
 

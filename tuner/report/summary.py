@@ -37,6 +37,8 @@ def summary_line(rec: dict[str, Any]) -> str:
     ratio, default = rec.get("ratio_vs_default"), rec.get("default")
     if ratio is not None:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
+        if default.get("lower_bound"):
+            text += " (a lower bound: its measurement was cut short)"
     elif default is not None:
         text += f"; the vLLM default meets {slo} at no measured rate"
     same = rec.get("default_at_recommended_rate")

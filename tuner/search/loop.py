@@ -11,10 +11,11 @@ from optuna.trial import TrialState
 
 from tuner.errors import TuneError
 from tuner.measure.meter import Clock, Meter
-from tuner.search.study import best_trial, finished_trials, top_trials
+from tuner.search.study import ask, best_trial, finished_trials, top_trials
 from tuner.search.trial import TrialRunner
 from tuner.store import attrs
 from tuner.store.records import Mode
+from tuner.targets.base import ServerLost
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0
@@ -94,15 +95,18 @@ async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budg
     """
     log, failed_in_a_row = SearchLog(), 0
     while not (stop := _stop_reason(study, runner, trials, budget, plan, log, first_trial_guess_s)):
-        trial = study.ask()
+        trial = ask(study)
         started = budget.clock()
         try:
             record = await runner.run(study, trial, deadline_s=budget.end_s - plan.reserve_s(study))
         except Exception as exc:
             if isinstance(exc, TuneError) and best_trial(study) is None:
                 raise  # nothing has ever worked: a broken setup, not a bad config
+            if isinstance(exc, ServerLost) and not exc.restartable:
+                raise  # nothing more can be measured
             failed_in_a_row += 1
-            runner.progress.line(f"trial {trial.number + 1} failed: {exc}")
+            how = "was cut short" if isinstance(exc, ServerLost) else "failed"
+            runner.progress.line(f"trial {trial.number + 1} {how}: {exc}")
             if failed_in_a_row >= MAX_FAILED_IN_A_ROW:
                 raise
             continue
@@ -133,6 +137,6 @@ def _stop_reason(
 
 
 def _reference_next(study: optuna.Study) -> bool:
-    """Is the next trial Optuna will hand out a queued reference config?"""
+    """Is a reference config queued? `ask` hands those out first."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    return bool(waiting) and attrs.role_of(min(waiting, key=lambda t: t.number)).is_reference
+    return any(attrs.role_of(t).is_reference for t in waiting)

@@ -16,11 +16,15 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.errors import TuneError
 from tuner.store import attrs
 from tuner.store.records import Mode, Role
 
+# What opening a missing, unwritable or damaged storage raises (SQLAlchemy's errors for an RDB
+# URL or a SQLite file that is not a database, OSError for a journal file).
+_STORAGE_ERRORS = (ImportError, ValueError, RuntimeError, OSError, SQLAlchemyError)
 STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
 
 
@@ -51,11 +55,22 @@ def storage_url(storage: str | None, run_dir: Path) -> str | optuna.storages.Bas
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    """SQLAlchemy's messages run to several lines (the SQL, a link); the first says it."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _journal(path: str) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(path))
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path))
+    except OSError as exc:
+        raise TuneError(
+            f"--storage {path}: cannot write there ({exc.strerror or exc}); give a journal file "
+            "in a folder you can write to"
+        ) from None
 
 
 def make_sampler(
@@ -136,8 +151,8 @@ def open_study(
         study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                     pruner=pruner, direction="maximize",
                                     load_if_exists=True)  # fmt: skip
-    except (ImportError, ValueError, RuntimeError) as exc:
-        raise TuneError(f"cannot open study storage {storage!r}: {exc}") from None
+    except _STORAGE_ERRORS as exc:
+        raise TuneError(f"cannot open study storage {storage!r}: {_first_line(exc)}") from None
     old = attrs.study_meta(study)
     if old is None:
         attrs.set_study_meta(study, meta)
@@ -149,6 +164,16 @@ def open_study(
                 f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
             )
     return study
+
+
+def load_study(study_name: str, storage: str | optuna.storages.BaseStorage) -> optuna.Study:
+    """An existing study, to report on; a storage that is missing or damaged is one line."""
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise TuneError(f"study {study_name!r} is not in {storage}") from None
+    except _STORAGE_ERRORS as exc:
+        raise TuneError(f"cannot read study storage {storage!r}: {_first_line(exc)}") from None
 
 
 def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
@@ -193,9 +218,38 @@ def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def has_role(study: optuna.Study, role: Role) -> bool:
-    """A trial with this role exists (finished, running or queued), so do not enqueue another."""
+    """A trial with this role exists (finished, running or queued), so do not enqueue another.
+    A reference whose measurement was cut short does not count: the report needs it whole."""
     live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    return any(attrs.role_of(t) is role for t in study.get_trials(states=live))
+    trials = [t for t in study.get_trials(states=live) if attrs.role_of(t) is role]
+    if role.is_reference:
+        trials = [t for t in trials if not attrs.was_cut(t)]
+    return bool(trials)
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """The next trial, a queued reference before anything else.
+
+    Optuna hands out queued trials oldest first, so a reference queued again by a resume would
+    wait behind the budget sweep, and a short budget would end the run without it.
+    """
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    references = [t for t in waiting if attrs.role_of(t).is_reference]
+    # The default before the rule of thumb: every comparison in the report is against it.
+    references.sort(key=lambda t: (attrs.role_of(t) is not Role.DEFAULT, t.number))
+    for frozen in references:
+        if _claim(study, frozen):
+            return optuna.Trial(study, frozen._trial_id)
+    return study.ask()
+
+
+def _claim(study: optuna.Study, waiting: FrozenTrial) -> bool:
+    """Take a queued trial as `Study.ask` does (False when another worker took it first)."""
+    storage = study._storage
+    try:
+        return storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
 
 
 def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:

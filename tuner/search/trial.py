@@ -18,7 +18,8 @@ from tuner.search.space import SearchSpace
 from tuner.search.study import best_capacity
 from tuner.store import attrs
 from tuner.store.records import Mode, Role, TrialEnding, TrialRecord
-from tuner.store.runfiles import RunFiles
+from tuner.store.runfiles import RunFiles, write_trials_table
+from tuner.targets.base import ServerLost
 from tuner.targets.knobs import Knobs
 
 # A constraint for a term that had no successful request at all: clearly infeasible, finite
@@ -75,39 +76,72 @@ class TrialRunner:
             else:
                 await self._capacity(study, trial, record, deadline_s)
         except BaseException as exc:
-            study.tell(trial, state=TrialState.FAIL)
+            if isinstance(exc, ServerLost) and exc.records:  # a failed request is a record too
+                path = self.files.lost_level_path(trial.number, len(record.levels))
+                self.files.write_records(path, exc.records)
+            if record.state is TrialState.RUNNING:  # not yet told how it ended
+                study.tell(trial, state=TrialState.FAIL)
             if not isinstance(exc, Exception):
                 # Interrupted, not broken: queue the same config so a resume measures it.
                 study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(role))
             raise
+        finally:
+            self._write_table(study)
         self.progress.trial_done(record)
         return record
 
+    def _write_table(self, study: optuna.Study) -> None:
+        """trials.csv as of now: a run stopped at any point still has every level it measured."""
+        slo, rules = self.meter.slo, self.meter.rules
+        trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
+        write_trials_table(trials, self.files)
+
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
-        search = RateSearch(self._settings(study, trial))
-        pruned = False
+        search = RateSearch(self._settings(study, trial, record.role))
+        try:
+            pruned = await self._levels(trial, record, search, deadline)
+        except ServerLost:
+            # What passed before the server went still bounds the capacity from below.
+            self._end_capacity(study, trial, record, search, TrialEnding.SERVER_LOST)
+            raise
+        cut = not pruned and not search.done
+        ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
+                  else TrialEnding(search.outcome.value))  # fmt: skip
+        self._end_capacity(study, trial, record, search, ending)
+
+    async def _levels(self, trial: optuna.Trial, record: TrialRecord, search: RateSearch,
+                      deadline: float | None) -> bool:  # fmt: skip
+        """Measure the levels the search asks for; True when the pruner stopped the trial."""
         self.progress.level_started(search.settings.start_rps, 0)
         async for run in self.meter.search_levels(search, deadline):
             self._keep(trial, record, run)
             trial.report(search.upper_bound_rps, len(record.levels) - 1)
             self.progress.level_done(run.level, search)
-            if pruned := trial.should_prune():
-                break
+            if trial.should_prune():
+                return True
             if not search.done:
                 self.progress.level_started(search.next_rate() or 0.0, len(record.levels))
-        cut = not pruned and not search.done
-        record.ending = (TrialEnding.PRUNED if pruned else TrialEnding.TIME_BUDGET if cut
-                         else TrialEnding(search.outcome.value))  # fmt: skip
+        return False
+
+    def _end_capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
+                      search: RateSearch, ending: TrialEnding) -> None:  # fmt: skip
+        """Tell the study how the rate search ended. A search cut short before any level passed
+        has measured no capacity: it fails rather than reading as a capacity of zero (a
+        resume measures a reference again); cut after a pass, its capacity is a lower bound."""
+        record.ending, record.upper_bound_rps = ending, search.upper_bound_rps
+        pruned = ending is TrialEnding.PRUNED
         record.capacity_rps = 0.0 if pruned else search.capacity_rps
-        record.upper_bound_rps = search.upper_bound_rps
-        attrs.end_capacity(trial, record.ending, record.capacity_rps, record.upper_bound_rps)
+        attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps)
         if pruned:
-            study.tell(trial, state=TrialState.PRUNED)
             record.state = TrialState.PRUNED
+            study.tell(trial, state=TrialState.PRUNED)
+        elif ending.cut and record.capacity_rps <= 0:
+            record.state = TrialState.FAIL
+            study.tell(trial, state=TrialState.FAIL)
         else:
-            study.tell(trial, record.capacity_rps)
             record.state, record.value = TrialState.COMPLETE, record.capacity_rps
+            study.tell(trial, record.capacity_rps)
 
     async def _goodput(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord) -> None:
         assert self.rate_rps is not None
@@ -124,7 +158,8 @@ class TrialRunner:
         study.tell(trial, record.value)
         record.state = TrialState.COMPLETE
 
-    def _settings(self, study: optuna.Study, trial: optuna.Trial) -> RateSearchSettings:
+    def _settings(self, study: optuna.Study, trial: optuna.Trial, role: Role
+                  ) -> RateSearchSettings:  # fmt: skip
         predicted = attrs.predicted_of(trial)
         if predicted:
             # The simulator's capacity: two tolerance steps either way, then bisection.
@@ -132,7 +167,9 @@ class TrialRunner:
             return dataclasses.replace(s, start_rps=predicted, growth=1 + 2 * s.rel_tol,
                                        min_rps=min(s.min_rps, predicted / 8))  # fmt: skip
         best = best_capacity(study)
-        if best <= 0:
+        if best <= 0 or role.is_reference:
+            # A reference is measured, not raced: from the run's own start rate wherever the
+            # study stands, so a default re-measured after a resume finds the same capacity.
             return self.search
         # Start where the best config stands: failing there settles the trial in one level.
         growth = min(self.search.growth, LATER_GROWTH)

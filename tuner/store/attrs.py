@@ -99,6 +99,12 @@ def end_goodput(trial: optuna.Trial, ending: TrialEnding, constraints: Mapping[s
     trial.set_user_attr(ENDING, ending.value)
 
 
+def was_cut(trial: FrozenTrial) -> bool:
+    """Its measurement ended before its rate search did (see TrialEnding.cut)."""
+    ending = trial.user_attrs.get(ENDING)
+    return ending is not None and TrialEnding(ending).cut
+
+
 def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord:
     attrs = trial.user_attrs
     keys = sorted(k for k in attrs if k.startswith(LEVEL_PREFIX))

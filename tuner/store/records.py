@@ -44,8 +44,15 @@ class TrialEnding(enum.StrEnum):
     MAX_LEVELS = "max_levels"  # level limit reached before the bracket closed
     PRUNED = "pruned"  # cannot beat the best capacity so far
     TIME_BUDGET = "time_budget"  # cut by the run's deadline
+    SERVER_LOST = "server_lost"  # cut by the server exiting or no longer answering
     FEASIBLE = "feasible"  # --rate mode: every constraint holds
     INFEASIBLE = "infeasible"
+
+    @property
+    def cut(self) -> bool:
+        """The measurement stopped before the rate search did: a capacity so ended is at most
+        a lower bound."""
+        return self in (TrialEnding.TIME_BUDGET, TrialEnding.SERVER_LOST)
 
 
 @dataclass(slots=True)

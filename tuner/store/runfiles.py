@@ -3,9 +3,10 @@ table, the settings; and `RunView`, the run read back as typed records for every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,40 @@ class RunFiles:
         self.plots_dir = self.root / "plots"
 
     def ensure(self) -> None:
-        self.records_dir.mkdir(parents=True, exist_ok=True)
+        with self.writing(self.records_dir):
+            self.records_dir.mkdir(parents=True, exist_ok=True)
+
+    def check_writable(self) -> None:
+        """Fail in one line before anything is measured when the folder cannot be made (under a
+        file, say) or written (read-only), rather than losing a measurement to it later."""
+        probe = self.root / ".write-check"
+        try:
+            self.records_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise TuneError(
+                f"cannot write the run folder {self.root} ({exc.strerror or exc}); pass a "
+                "--run-dir you can write to"
+            ) from None
+
+    @contextlib.contextmanager
+    def writing(self, path: Path) -> Iterator[None]:
+        """Turn a failed write (a full disk, a folder made read-only mid-run) into one line."""
+        try:
+            yield
+        except OSError as exc:
+            raise TuneError(
+                f"cannot write {path} ({exc.strerror or exc}); free the space or fix the "
+                f"permissions, then tune --resume {self.root}"
+            ) from None
 
     def level_path(self, trial: int, level: int) -> Path:
         return self.records_dir / f"trial-{trial:04d}-level-{level:02d}.jsonl"
+
+    def lost_level_path(self, trial: int, level: int) -> Path:
+        """The requests of a level the server did not live through: kept, never judged."""
+        return self.records_dir / f"trial-{trial:04d}-level-{level:02d}-server-lost.jsonl"
 
     def confirm_path(self, trial: int, index: int, rate_rps: float) -> Path:
         return self.records_dir / f"confirm-{trial:04d}-{index:02d}-{rate_rps:.6f}rps.jsonl"
@@ -53,7 +84,7 @@ class RunFiles:
         """A re-measurement's records, and its figures beside them (for `tune report`)."""
         path = self.confirm_path(trial, index, run.level.rate_rps)
         self.write_records(path, run.records)
-        self._write_text(path.with_suffix(".level.json"), json.dumps(level_row(run.level)))
+        self.write_text(path.with_suffix(".level.json"), json.dumps(level_row(run.level)))
 
     def confirm_runs(self, trial: int) -> list[Run]:
         """A trial's re-measurements, in the order they were measured."""
@@ -79,31 +110,65 @@ class RunFiles:
     def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:
         self.ensure()
         tmp = path.with_suffix(".tmp")
-        write_records_jsonl(list(records), tmp)
-        tmp.replace(path)  # a killed run never leaves half a file behind
+        with self.writing(path):
+            write_records_jsonl(list(records), tmp)
+            tmp.replace(path)  # a killed run never leaves half a file behind
 
     def read_records(self, path: Path) -> list[RequestRecord] | None:
-        return read_records_jsonl(path) if path.exists() else None
-
-    def write_json(self, name: str, data: dict[str, Any]) -> Path:
-        path = self.root / name
-        self._write_text(path, json.dumps(clean_json(data), indent=2, allow_nan=False) + "\n")
-        return path
-
-    def read_json(self, name: str) -> dict[str, Any] | None:
-        path = self.root / name
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise TuneError(f"{path} is not valid JSON ({exc}); delete it and run again") from None
+            return read_records_jsonl(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # truncated, edited, not ours
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise TuneError(
+                f"{path} is damaged ({why}); delete it and the report leaves that level's "
+                "requests out"
+            ) from None
 
-    def _write_text(self, path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+    def write_json(self, name: str, data: dict[str, Any]) -> Path:
+        path = self.root / name
+        self.write_text(path, json.dumps(clean_json(data), indent=2, allow_nan=False) + "\n")
+        return path
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """A JSON object file of the run (None when there is none); a damaged one is a
+        one-line error naming the file and what is wrong with it."""
+        path = self.root / name
+        try:
+            data = json.loads(path.read_bytes())
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise TuneError(f"cannot read {path} ({exc.strerror or exc})") from None
+        except ValueError as exc:  # not UTF-8, not JSON
+            raise TuneError(f"{path} is not valid JSON ({exc}); it is damaged") from None
+        if not isinstance(data, dict):
+            raise TuneError(f"{path} holds a JSON {type(data).__name__}, not an object; it is "
+                            "damaged or not a tune file")  # fmt: skip
+        return data
+
+    def read_run_info(self) -> dict[str, Any]:
+        """run.json, checked for what a resume and a report read from it."""
+        info = self.read_json(RUN_FILE)
+        if info is None:
+            raise TuneError(f"{self.root} has no {RUN_FILE}; pass the folder a tune run wrote")
+        for key, kind in (("settings", dict), ("slo", str), ("study_name", str)):
+            if not isinstance(info.get(key), kind):
+                raise TuneError(f"{self.root / RUN_FILE} has no {key!r} {kind.__name__}; it is "
+                                "damaged or was not written by tune")  # fmt: skip
+        return info
+
+    def write_text(self, path: Path, text: str) -> None:
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def write_bytes(self, path: Path, data: bytes) -> None:
+        """Whole or not at all: a killed run never leaves half a file behind."""
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with self.writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            tmp.replace(path)
 
 
 def level_rows(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
@@ -130,15 +195,14 @@ def write_trials_table(trials: Sequence[TrialRecord], files: RunFiles) -> list[P
     waiting = (TrialState.WAITING, TrialState.RUNNING)
     shown = [t for t in trials if t.levels or t.state not in waiting]
     df = pd.DataFrame(level_rows(shown))
-    files.root.mkdir(parents=True, exist_ok=True)
     written = [files.root / "trials.csv"]
-    df.to_csv(written[0], index=False)
+    files.write_text(written[0], df.to_csv(index=False))
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         return written
-    df.to_parquet(files.root / "trials.parquet", index=False)
     written.append(files.root / "trials.parquet")
+    files.write_bytes(written[1], df.to_parquet(index=False))
     return written
 
 
@@ -157,11 +221,13 @@ class RunView:
 
     @classmethod
     def read(cls, files: RunFiles, study: optuna.Study) -> RunView:
-        info = files.read_json(RUN_FILE)
-        if not isinstance(info, dict):
-            raise TuneError(f"{files.root} has no {RUN_FILE}; pass the folder a tune run wrote")
-        slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))
-        rules = rules_for(mode, bool(info.get("target", {}).get("require_schedule", False)))
+        info = files.read_run_info()
+        try:
+            slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))
+            target = info.get("target") or {}
+            rules = rules_for(mode, bool(target.get("require_schedule", False)))
+        except (ValueError, AttributeError) as exc:
+            raise TuneError(f"{files.root / RUN_FILE} is damaged: {exc}") from None
         trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
         return cls(files, info, study, slo, mode, rules, trials)
 
@@ -180,7 +246,15 @@ class RunView:
 
     def confirmation(self) -> Confirmation | None:
         data = self.files.read_json(CONFIRMATION_FILE)
-        return None if data is None else confirmation_from_json(data, self.slo, self.rules)
+        if data is None:
+            return None
+        try:
+            return confirmation_from_json(data, self.slo, self.rules)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TuneError(
+                f"{self.files.root / CONFIRMATION_FILE} is damaged ({type(exc).__name__}: "
+                f"{exc}); delete it and `tune report {self.files.root}` rebuilds it"
+            ) from None
 
     @property
     def settings(self) -> dict[str, Any]:

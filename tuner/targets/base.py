@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from loadgen import ReplayResult, RequestSpec
+from loadgen import ReplayResult, RequestRecord, RequestSpec
+from tuner.errors import TuneError
 from tuner.targets.knobs import Knobs, KnobSpace
 
 
@@ -33,6 +34,19 @@ class TargetFacts:
     # In process, chunk times come from the engine itself, so a lagging client loop cannot
     # distort them; over HTTP it can, and such a level must not count as a pass.
     require_schedule: bool
+
+
+class ServerLost(TuneError):
+    """The server stopped answering during a level: it exited, or cannot be reached. Not a
+    verdict on the config's capacity, so the level is not judged; its requests (failed ones
+    included) travel with the error to be kept. `restartable`: the next config starts a server
+    of its own (`--launch`), so the run can go on; a `--url` server cannot come back by itself."""
+
+    def __init__(self, message: str, records: Sequence[RequestRecord] = (),
+                 restartable: bool = False) -> None:  # fmt: skip
+        super().__init__(message)
+        self.records = list(records)
+        self.restartable = restartable
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen import ReplayResult, RequestSpec
+from loadgen import LoadgenError, ReplayResult, RequestSpec
 from tuner.errors import TuneError
 
 _HEADER = struct.Struct("!Q")
@@ -93,6 +93,8 @@ class ClientProcess:
             raise TuneError(
                 "the load generator's process died during a level; rerun with --resume"
             ) from None
+        if kind == "lost":
+            raise LoadgenError(value)
         if kind == "error":
             raise TuneError(value)
         return value
@@ -142,6 +144,8 @@ def main() -> None:
             continue
         try:
             _write(stdout, ("ok", _run_job(requests, value)))
+        except LoadgenError as exc:  # the server did not answer: the parent names it lost
+            _write(stdout, ("lost", str(exc)))
         except Exception as exc:  # reported to the parent as one line, not a dead pipe
             _write(stdout, ("error", f"the load generator failed: {type(exc).__name__}: {exc}"))
 

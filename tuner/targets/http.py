@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen import RequestSpec
+from loadgen import HttpTarget, LoadgenError, RequestRecord, RequestSpec
 from tuner.errors import TuneError
 from tuner.targets.base import (
     LevelReplay,
     ReplayPlan,
+    ServerLost,
     ServerStats,
     TargetFacts,
     TargetKind,
@@ -127,23 +128,43 @@ class HttpLevels:
         self.prometheus = prom
         # The load loop runs in a child process nothing else in `tune` can stall.
         self._loader = ClientProcess()
+        self._probe = HttpTarget(url, model, endpoint=endpoint)  # is the server still there?
 
     async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
                      plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         job = ReplayJob(self.url, self.model, self.endpoint, len(requests), list(offsets),
                         plan.warmup, plan.timeout_s, plan.lag_tolerance_s)  # fmt: skip
-        if self.prometheus is None:  # the server's own /metrics, polled beside the level
-            async with MetricsWatch(self.url) as watch:
+        try:
+            if self.prometheus is None:  # the server's own /metrics, polled beside the level
+                async with MetricsWatch(self.url) as watch:
+                    result = await self._loader.replay(requests, job)
+            else:
+                await self.prometheus.begin()
                 result = await self._loader.replay(requests, job)
-            self.check_alive()
+        except LoadgenError as exc:  # the server did not answer before the first request
+            raise self.lost(str(exc), []) from None
+        if (gone := await self.gone(result.records)) is not None:
+            raise self.lost(gone, result.records)
+        if self.prometheus is None:
             return LevelReplay(result, watch.stats())
-        await self.prometheus.begin()
-        result = await self._loader.replay(requests, job)
-        self.check_alive()
         return LevelReplay(result, await self.prometheus.end(span_s(result)))
 
-    def check_alive(self) -> None:
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        """Why the server is no longer there after a level, or None when it still answers.
+        Failed requests alone are a verdict on the config; a server that no longer answers
+        at all is not one."""
+        if all(r.success for r in records):
+            return None
+        try:
+            await self._probe.open()  # GET /v1/models, one line when unreachable
+        except LoadgenError as exc:
+            return str(exc)
+        finally:
+            await self._probe.close()
         return None
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records)
 
 
 class LaunchTarget(HttpLevels):
@@ -180,8 +201,7 @@ class LaunchTarget(HttpLevels):
 
     async def apply(self, knobs: Knobs) -> None:
         config = self.knobs.complete(knobs)
-        if self._server is not None and config == self._knobs:
-            self._server.check_alive()
+        if self._server is not None and config == self._knobs and self._server.alive:
             return  # same config as the running server: no restart
         await self._stop_server()
         self._knobs = config
@@ -192,9 +212,13 @@ class LaunchTarget(HttpLevels):
                                       log_path=log)  # fmt: skip
         await self._server.start()
 
-    def check_alive(self) -> None:
-        if self._server is not None:
-            self._server.check_alive()
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        if self._server is not None and (exited := self._server.exit_reason()) is not None:
+            return exited
+        return await super().gone(records)
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records, restartable=True)  # the next config starts its own
 
     async def _stop_server(self) -> None:
         if self._server is not None:

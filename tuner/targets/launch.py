@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import shlex
 import signal
+import socket
 import string
 import subprocess
 import time
@@ -104,6 +106,7 @@ class LaunchedServer:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = log = self.log_path.open("ab")
+        self._refuse_a_taken_port()
         try:
             # process_group=0: the server and any workers it forks share one new process group,
             # so stop() can signal all of them by the group id. Not a new session: with the
@@ -118,11 +121,23 @@ class LaunchedServer:
             )
         except OSError as exc:
             raise TuneError(f"--launch could not start {self.argv[0]!r}: {exc.strerror}") from None
+        _LIVE_GROUPS.add(self.proc.pid)
         try:
             await self._wait_healthy()
         except BaseException:
             await self.stop()
             raise
+
+    def _refuse_a_taken_port(self) -> None:
+        """Something already listening where the server must would answer /health for it and
+        be measured in its place (a server left behind by a killed run, say)."""
+        parts = urlsplit(self.url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+            raise TuneError(
+                f"something already listens on {host}:{port}, where the --launch server must; "
+                "stop it (a server left by an earlier run?) or give --url another port"
+            )
 
     async def _wait_healthy(self) -> None:
         deadline = self.clock() + self.health_timeout_s
@@ -144,13 +159,21 @@ class LaunchedServer:
                     )
                 await asyncio.sleep(0.25)
 
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_reason(self) -> str | None:
+        """Why the server is gone, when its process has exited (None while it runs)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return (f"--launch server exited with status {self.proc.returncode}: "
+                f"{shlex.join(self.argv)}; check its log{self._log_hint()}")  # fmt: skip
+
     def check_alive(self) -> None:
         """Raise when the server process has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise TuneError(
-                f"--launch server exited with status {self.proc.returncode}: "
-                f"{shlex.join(self.argv)}; check its log{self._log_hint()}"
-            )
+        if (reason := self.exit_reason()) is not None:
+            raise TuneError(reason)
 
     async def stop(self) -> None:
         """SIGTERM the process group, then SIGKILL it if it is still there after the grace."""
@@ -158,20 +181,41 @@ class LaunchedServer:
         if proc is not None:
             pgid = proc.pid  # the group's leader: its pid is the group id
             _signal_group(pgid, signal.SIGTERM)
-            deadline = self.clock() + self.stop_grace_s
-            while _group_alive(pgid) and self.clock() < deadline:
-                proc.poll()  # reap the leader so it does not linger as a zombie
-                await asyncio.sleep(0.05)
-            if _group_alive(pgid):
+            try:
+                await self._wait_gone(proc, pgid)
+            except BaseException:
+                # Interrupted while waiting (a second Ctrl-C, a cancelled run): no more grace.
                 _signal_group(pgid, signal.SIGKILL)
-            while proc.poll() is None:
-                await asyncio.sleep(0.02)
+                raise
+            finally:
+                _LIVE_GROUPS.discard(pgid)
         if self._log is not None:
             self._log.close()
             self._log = None
 
+    async def _wait_gone(self, proc: subprocess.Popen[bytes], pgid: int) -> None:
+        deadline = self.clock() + self.stop_grace_s
+        while _group_alive(pgid) and self.clock() < deadline:
+            proc.poll()  # reap the leader so it does not linger as a zombie
+            await asyncio.sleep(0.05)
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+        while proc.poll() is None:
+            await asyncio.sleep(0.02)
+
     def _log_hint(self) -> str:
         return f" ({self.log_path})" if self.log_path else ""
+
+
+# Process groups started and not yet stopped. A run that ends by an unexpected path still
+# kills them on the way out, so no server is left holding its port.
+_LIVE_GROUPS: set[int] = set()
+
+
+@atexit.register
+def _kill_live_groups() -> None:
+    for pgid in list(_LIVE_GROUPS):
+        _signal_group(pgid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -17,12 +17,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen import RequestRecord
 from tuner.errors import TuneError
 from tuner.report.summary import vllm_flags
-from tuner.targets.base import TargetFacts, TargetKind
+from tuner.targets.base import ServerLost, TargetFacts, TargetKind
 from tuner.targets.builtin import engine_defaults, local_device
 from tuner.targets.http import HttpLevels
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
@@ -120,9 +122,8 @@ class VllmTarget(HttpLevels):
 
     async def apply(self, knobs: Knobs) -> None:
         config = self.knobs.complete(knobs)
-        if self._server is not None and config == self._knobs:
-            self._server.check_alive()
-            return
+        if self._server is not None and config == self._knobs and self._server.alive:
+            return  # same config as the running server: no restart
         await self._stop_server()
         self._knobs = config
         log_dir = self.options.log_dir
@@ -134,9 +135,13 @@ class VllmTarget(HttpLevels):
         await self._server.start()
         self.starts.append((config, time.monotonic() - started))
 
-    def check_alive(self) -> None:
-        if self._server is not None:
-            self._server.check_alive()
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        if self._server is not None and (exited := self._server.exit_reason()) is not None:
+            return exited
+        return await super().gone(records)
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records, restartable=True)  # the next config starts its own
 
     async def _stop_server(self) -> None:
         if self._server is not None:

@@ -9,9 +9,17 @@ from optuna.trial import TrialState
 from tuner.errors import TuneError
 from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import Scenario, enqueue_starting_configs
-from tuner.search.study import CapacityPruner, SamplerName, make_sampler, open_study, storage_url
-from tuner.store.attrs import ROLE, role_attrs
-from tuner.store.records import Role
+from tuner.search.study import (
+    CapacityPruner,
+    SamplerName,
+    ask,
+    has_role,
+    make_sampler,
+    open_study,
+    storage_url,
+)
+from tuner.store.attrs import ENDING, ROLE, role_attrs
+from tuner.store.records import Role, TrialEnding
 from tuner.targets.knobs import KnobSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -91,3 +99,27 @@ def test_budget_sweep_is_queued_unless_turned_off() -> None:
     assert with_sweep[:2] == [(Role.DEFAULT.value, 8192), (Role.RULE_OF_THUMB.value, 4096)]
     assert [b for r, b in with_sweep if r == Role.SWEEP.value] == [256, 1024, 16384]
     assert queued(False) == with_sweep[:2]
+
+
+def test_a_queued_reference_is_asked_first_the_default_before_the_rule_of_thumb():
+    study = optuna.create_study(direction="maximize")
+    for role in (Role.SWEEP, Role.RULE_OF_THUMB, Role.SWEEP, Role.DEFAULT):
+        study.enqueue_trial({}, user_attrs=role_attrs(role))
+    asked = [ask(study) for _ in range(4)]
+    assert [t.user_attrs[ROLE] for t in asked] == ["default", "rule_of_thumb", "sweep", "sweep"]
+    assert [t.number for t in asked] == [3, 1, 0, 2]
+
+
+def test_a_reference_cut_short_is_queued_again_by_the_next_run():
+    study = optuna.create_study(direction="maximize")
+
+    def measure_default(ending: TrialEnding, capacity_rps: float) -> None:
+        study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
+        trial = study.ask()
+        trial.set_user_attr(ENDING, ending.value)
+        study.tell(trial, capacity_rps)
+
+    measure_default(TrialEnding.TIME_BUDGET, 2.0)  # passed at 2 req/s, then time ran out
+    assert not has_role(study, Role.DEFAULT)  # a lower bound: the next run measures it again
+    measure_default(TrialEnding.CONVERGED, 3.0)
+    assert has_role(study, Role.DEFAULT)

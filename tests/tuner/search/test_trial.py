@@ -1,0 +1,63 @@
+"""One trial on the simulated target: how a rate search that ends early is told to the study."""
+
+import optuna
+from optuna.trial import TrialState
+
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.report.live import RunStatus, StatusSink
+from tuner.search.space import SpaceFacts, build_space
+from tuner.search.trial import TrialRunner
+from tuner.store.attrs import role_attrs
+from tuner.store.records import Mode, Role, TrialEnding, rules_for
+from tuner.store.runfiles import RunFiles
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def runner(tmp_path, target, clock, start_rps: float) -> TrialRunner:
+    requests = build_workload("mixed", num_requests=40, seed=0, vocab_size=4096).requests
+    meter = Meter(target, requests, parse_slo("tpot_p99=30ms"), LevelSettings(duration_s=1.0),
+                  rules_for(Mode.CAPACITY, False), clock)  # fmt: skip
+    space = build_space(target.knobs, SpaceFacts(16, 8192, 4000))
+    return TrialRunner(meter, space, RateSearchSettings(start_rps, rel_tol=0.2),
+                       RunFiles(tmp_path), StatusSink(RunStatus(4, 600.0, clock)))  # fmt: skip
+
+
+async def test_a_trial_cut_by_the_deadline_before_any_pass_fails_rather_than_scoring_zero(
+    tmp_path, sim_target, fake_clock
+):
+    study = optuna.create_study(direction="maximize")
+    # 20 req/s is far above any config's simulated capacity: the one level it gets fails.
+    run = runner(tmp_path, sim_target, fake_clock, start_rps=20.0)
+    record = await run.run(study, study.ask(), deadline_s=fake_clock() - 1)
+    assert len(record.levels) == 1 and record.ending is TrialEnding.TIME_BUDGET
+    assert record.state is TrialState.FAIL and record.value is None
+    assert study.trials[0].state is TrialState.FAIL and study.trials[0].value is None
+
+
+async def test_a_reference_starts_at_its_own_rate_not_at_the_best_so_far(
+    tmp_path, sim_target, fake_clock
+):
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=11.0))  # a better config found earlier
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
+    run = runner(tmp_path, sim_target, fake_clock, start_rps=4.0)
+    record = await run.run(study, study.ask())
+    assert record.levels[0].rate_rps == 4.0  # not 11 req/s, where it fails at once
+    assert record.state is TrialState.COMPLETE and record.ending is TrialEnding.CONVERGED
+    assert record.capacity_rps > 0 and len(record.levels) > 1
+
+
+async def test_a_reference_cut_after_a_pass_keeps_that_rate_as_a_lower_bound(
+    tmp_path, sim_target, fake_clock
+):
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
+    run = runner(tmp_path, sim_target, fake_clock, start_rps=2.0)
+    record = await run.run(study, study.ask(), deadline_s=fake_clock() - 1)
+    assert len(record.levels) == 1 and record.levels[0].passed
+    assert record.state is TrialState.COMPLETE and record.ending is TrialEnding.TIME_BUDGET
+    assert record.value == record.capacity_rps == 2.0
