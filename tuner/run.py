@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.samplers import BaseSampler
 
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
@@ -17,8 +18,9 @@ from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish
+from tuner.search.claim import claim_confirmation, latest_report, open_jobs
 from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
-from tuner.search.loop import Budget, ConfirmPlan, SearchLog, run_search
+from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
     Scenario,
@@ -26,20 +28,21 @@ from tuner.search.starting import (
     enqueue_starting_configs,
     scenario_for,
 )
+from tuner.search.storage import open_storage
 from tuner.search.study import (
     CapacityPruner,
     SamplerName,
     make_sampler,
-    open_study,
     recover_stale_trials,
-    storage_url,
     top_trials,
 )
 from tuner.search.trial import TrialRunner
+from tuner.search.workers import Workers, join_study
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
 from tuner.store import attrs
 from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
+from tuner.store.identity import device_of, engine_of, model_of
 from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
 from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
 from tuner.targets.base import ReplayPlan, Target
@@ -59,6 +62,8 @@ class TuneRun:
     mode: Mode
     meter: Meter
     scenario: Scenario
+    workers: Workers
+    setup_notes: list[str]  # what setting the study up skipped (the creating worker only)
 
 
 async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = time.monotonic,
@@ -80,19 +85,33 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
         status = RunStatus(settings.trials, settings.time_budget_s, clock)
         with make_display(status, quiet) as display:
             log = await search(run, budget, display)
-            view = RunView.read(files, run.study)  # the trials as the search left them
-            display.set_phase("confirming the top configs")
-            candidates = await confirm_top(run, view, budget)
-            chosen = choose(candidates)
-            display.set_phase("measuring the default at the recommended rate")
-            same_rate = await check_same_traffic(run, view, chosen, budget)
+            # Every worker gets here; one confirms, the others wait for its report.
+            jobs = open_jobs(run.workers, settings.resolved_study_name())
+            claim = await claim_confirmation(run.study, jobs, run.workers, display.line)
+            if claim is not None:
+                with claim.held():
+                    conf = await confirm(run, budget, display, log)
+                    claim.done(run_info(run), confirmation_json(conf))
             display.set_phase("writing the report")
-            conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
-                                log.stopped_by, budget.elapsed_s)  # fmt: skip
-            files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
-            return publish(files, run.study)
+            return publish(files, run.study, latest_report(jobs))
     finally:
         await target.close()
+
+
+async def confirm(
+    run: TuneRun, budget: Budget, display: StatusSink, log: SearchLog
+) -> Confirmation:
+    """Re-measure the top configs, choose one, and measure the default at its rate."""
+    view = RunView.read(run.files, run.study)  # the trials as the search left them
+    display.set_phase("confirming the top configs")
+    candidates = await confirm_top(run, view, budget)
+    chosen = choose(candidates)
+    display.set_phase("measuring the default at the recommended rate")
+    same_rate = await check_same_traffic(run, view, chosen, budget)
+    conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
+                        log.stopped_by, budget.elapsed_s)  # fmt: skip
+    run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    return conf
 
 
 def prepare(
@@ -117,20 +136,36 @@ def prepare(
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level,
                   rules_for(mode, facts.require_schedule), clock)  # fmt: skip
-    study = _open_study(settings, files, workload, mode, slo, facts.model)
     scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
-    return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario)
+    storage = open_storage(settings.storage, files.root, settings.heartbeat_s)
+
+    def sampler(seed: int) -> BaseSampler:
+        return make_sampler(SamplerName(settings.sampler), seed, settings.n_startup_trials,
+                            constraints=mode is Mode.GOODPUT)  # fmt: skip
+
+    def setup(study: optuna.Study) -> list[str]:
+        return enqueue_starting_configs(study, space, scenario, settings.budget_sweep)
+
+    mine = study_identity(settings, workload, mode, slo, target, space)
+    study, workers, notes = join_study(storage, settings.resolved_study_name(), sampler,
+                                       settings.seed, CapacityPruner(), mine, setup)  # fmt: skip
+    return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario,
+                   workers, notes)  # fmt: skip
 
 
-def _open_study(settings: TuneSettings, files: RunFiles, workload: Workload, mode: Mode, slo: SLO,
-                model: str) -> optuna.Study:  # fmt: skip
-    sampler = make_sampler(SamplerName(settings.sampler), settings.seed,
-                           settings.n_startup_trials, constraints=mode is Mode.GOODPUT)  # fmt: skip
-    meta = {"slo": str(slo), "workload": workload.name,
-            "workload_fingerprint": workload.fingerprint(), "mode": mode.value,
-            "rate_rps": settings.rate_rps, "model": model, "arrival": settings.arrival}  # fmt: skip
-    storage = storage_url(settings.storage, files.root)
-    return open_study(storage, settings.resolved_study_name(), sampler, CapacityPruner(), meta)
+def study_identity(settings: TuneSettings, workload: Workload, mode: Mode, slo: SLO,
+                   target: Target, space: SearchSpace) -> dict[str, Any]:  # fmt: skip
+    """What a worker must share with a study to join it (store/identity.py)."""
+    facts = target.facts
+    fixed = {k: getattr(v, "value", v) for k, v in space.fixed.items()}
+    return {
+        "slo": str(slo), "workload": workload.name,
+        "workload_fingerprint": workload.fingerprint(), "mode": mode.value,
+        "rate_rps": settings.rate_rps, "model": model_of(facts), "arrival": settings.arrival,
+        "device": device_of(facts), "engine": engine_of(facts, settings.launch),
+        "target": facts.kind.value, "burstiness": settings.burstiness,
+        "level_s": settings.level_s, "space": {"searched": space.describe(), "fixed": fixed},
+    }  # fmt: skip
 
 
 async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog:
@@ -139,7 +174,7 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog
     recovered = recover_stale_trials(run.study)
     if recovered:
         display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
-    for note in enqueue_starting_configs(run.study, run.space, run.scenario, s.budget_sweep):
+    for note in run.setup_notes:
         display.line(note)
     start = s.start_rps or s.rate_rps or attrs.start_rate(run.study)
     if start is None:
@@ -155,7 +190,8 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog
     plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps)
     display.set_phase(f"searching ({s.sampler}, {run.mode.value})")
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)
-    return await run_search(run.study, runner, s.trials, budget, plan, first_guess_s)
+    return await search_to_the_end(run.study, runner, s.trials, budget, plan, first_guess_s,
+                                   run.workers)  # fmt: skip
 
 
 async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candidate]:

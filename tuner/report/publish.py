@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
@@ -17,9 +18,12 @@ from tuner.report.plots import importance, report_figures
 from tuner.report.recommendation import build_recommendation
 from tuner.report.render import write_reports
 from tuner.report.summary import print_summary
+from tuner.search.claim import StoredReport, latest_report, load_jobs
 from tuner.search.confirm import build_candidate, candidate_rate, choose
-from tuner.search.study import storage_url, top_trials
-from tuner.store.codec import confirmation_json
+from tuner.search.storage import masked, open_storage
+from tuner.search.study import top_trials
+from tuner.store import attrs
+from tuner.store.codec import confirmation_from_json, confirmation_json
 from tuner.store.records import Confirmation, Role
 from tuner.store.runfiles import (
     CONFIRMATION_FILE,
@@ -34,20 +38,40 @@ from tuner.store.runfiles import (
 REBUILT = "rebuilt from records (the run ended before its confirmation)"
 
 
-def publish(files: RunFiles, study: optuna.Study) -> dict[str, Any]:
-    """Every report file of the run, from what is on disk (confirmation.json included);
-    returns the recommendation JSON."""
-    view = RunView.read(files, study)
-    conf = view.confirmation()
+def publish(
+    files: RunFiles, study: optuna.Study, stored: StoredReport | None = None
+) -> dict[str, Any]:
+    """Every report file of the run, into `files`; returns the recommendation JSON. Built from
+    the study and the confirmation its confirming worker stored there, so every worker (and
+    `tune report` on any machine) writes the same; without one, from confirmation.json."""
+    view = RunView.read(files, study, stored.run_info if stored else None)
+    if stored is not None:
+        conf = confirmation_from_json(stored.confirmation, view.slo, view.rules)
+    else:
+        conf = view.confirmation()
     if conf is None:
         raise TuneError(f"{files.root} has no {CONFIRMATION_FILE}; run `tune report` on it")
     write_trials_table(view.trials, files)
     _keep_records(view, conf)
-    rec = build_recommendation(view, conf)
+    rec = build_recommendation(view, conf, workers_json(view, attrs.workers(study), stored))
     if imp := importance(study):
         rec["importance"] = imp
     write_reports(rec, report_figures(rec, view.trials), files)
     return rec
+
+
+def workers_json(view: RunView, registry: dict[str, dict[str, Any]],
+                 stored: StoredReport | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Who did what: set the study up, measured which trials, confirmed and reported."""
+    measured: dict[str, list[int]] = {}
+    for t in view.trials:
+        if t.worker and t.state is not TrialState.WAITING:
+            measured.setdefault(t.worker, []).append(t.number)
+    confirmer = stored.worker if stored else None
+    names = sorted(set(registry) | set(measured) | ({confirmer} if confirmer else set()))
+    return [{"worker": name, "joined": registry.get(name, {}).get("role"),
+             "trials": measured.get(name, []), "confirmed_and_reported": name == confirmer}
+            for name in names]  # fmt: skip
 
 
 def _keep_records(view: RunView, conf: Confirmation) -> None:
@@ -58,7 +82,8 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
         trial, rate = view.trial(chosen.trial), chosen.verdict.rate_rps
         runs = files.search_runs(trial) + files.confirm_runs(trial.number)
         records = [r for run in runs if run.rate_rps == rate for r in run.records]
-        files.write_records(files.root / RECOMMENDED_RECORDS, records)
+        if records:  # none here when another worker measured and confirmed it
+            files.write_records(files.root / RECOMMENDED_RECORDS, records)
     default = view.with_role(Role.DEFAULT)
     if default is not None and default.state is TrialState.COMPLETE and default.levels:
         rates = [level.rate_rps for level in default.levels]
@@ -68,18 +93,44 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
             files.write_records(files.root / DEFAULT_RECORDS, records)
 
 
-def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study]:
-    """A run folder and its study (wherever its storage is)."""
+def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study, StoredReport | None]:
+    """A run folder, its study (wherever its storage is) and the confirmation stored there."""
     files = RunFiles(run_dir)
     info = files.read_json(RUN_FILE)
     if not isinstance(info, dict) or "settings" not in info:
         raise TuneError(f"{run_dir} has no {RUN_FILE}; pass the folder a tune run wrote")
-    storage = storage_url(info["settings"].get("storage"), files.root)
+    storage = open_storage(info["settings"].get("storage"), files.root, None).storage
     try:
         study = optuna.load_study(study_name=info["study_name"], storage=storage)
     except KeyError:
         raise TuneError(f"study {info['study_name']!r} is not in {storage}") from None
-    return files, study
+    return files, study, stored_report(storage, info["study_name"])
+
+
+def stored_report(storage: BaseStorage, study_name: str) -> StoredReport | None:
+    jobs = load_jobs(storage, study_name)
+    return latest_report(jobs) if jobs is not None else None
+
+
+def open_shared(storage: str, study_name: str | None,
+                out_dir: Path) -> tuple[RunFiles, optuna.Study, StoredReport]:  # fmt: skip
+    """A study that workers shared, its stored report inputs, and a folder for the files."""
+    if not study_name:
+        raise TuneError("tune report --storage needs --study-name: the study the workers shared")
+    opened = open_storage(storage, out_dir, None).storage
+    try:
+        study = optuna.load_study(study_name=study_name, storage=opened)
+    except KeyError:
+        raise TuneError(f"there is no study {study_name!r} in {masked(storage)}; check "
+                        "--study-name") from None  # fmt: skip
+    stored = stored_report(opened, study_name)
+    if stored is None:
+        raise TuneError(
+            f"study {study_name!r} has no confirmation yet: its workers are still measuring, or "
+            "the last one stopped before confirming; start a worker with the same settings to "
+            "finish it"
+        )
+    return RunFiles(out_dir), study, stored
 
 
 def rebuild_confirmation(view: RunView) -> Confirmation:
@@ -101,16 +152,36 @@ def rebuild_confirmation(view: RunView) -> Confirmation:
 
 def report_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tune report", description=__doc__)
-    parser.add_argument("run_dir", help="a folder written by tune")
+    parser.add_argument(
+        "run_dir",
+        nargs="?",
+        help="a folder written by tune; with --storage, "
+        "where to write the report (default results/STUDY_NAME)",
+    )
+    parser.add_argument("--storage", help="the storage URL of a study several workers shared")
+    parser.add_argument("--study-name", help="with --storage: the study")
     parser.add_argument("--json", action="store_true", help="print the recommendation JSON")
     args = parser.parse_args(argv)
-    files, study = open_run(Path(args.run_dir))
-    if files.read_json(CONFIRMATION_FILE) is None:
-        conf = rebuild_confirmation(RunView.read(files, study))
-        files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
-    rec = publish(files, study)
+    if args.storage:
+        out = Path(args.run_dir or Path("results") / str(args.study_name))
+        files, study, stored = open_shared(args.storage, args.study_name, out)
+        rec = publish(files, study, stored)
+    elif args.run_dir:
+        rec = _report_folder(Path(args.run_dir))
+    else:
+        raise TuneError("tune report needs a run folder, or --storage URL --study-name NAME")
     if args.json:
         print(json.dumps(rec, indent=2))
     else:
         print_summary(rec)
     return 0
+
+
+def _report_folder(run_dir: Path) -> dict[str, Any]:
+    """A run folder's report: from the confirmation stored in its study, else the folder's,
+    else rebuilt from its records."""
+    files, study, stored = open_run(run_dir)
+    if stored is None and files.read_json(CONFIRMATION_FILE) is None:
+        conf = rebuild_confirmation(RunView.read(files, study))
+        files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    return publish(files, study, stored)

@@ -13,6 +13,7 @@ from tuner.errors import TuneError
 from tuner.measure.meter import Clock, Meter
 from tuner.search.study import best_trial, finished_trials, top_trials
 from tuner.search.trial import TrialRunner
+from tuner.search.workers import Workers, next_trial, retry_waiting, settle
 from tuner.store import attrs
 from tuner.store.records import Mode
 
@@ -84,20 +85,36 @@ class SearchLog:
         return statistics.median(self.durations_s) if self.durations_s else fallback_s
 
 
+async def search_to_the_end(study: optuna.Study, runner: TrialRunner, trials: int,
+                            budget: Budget, plan: ConfirmPlan, first_trial_guess_s: float,
+                            workers: Workers) -> SearchLog:  # fmt: skip
+    """This worker's search, then the wait until no trial runs on any worker, measuring each
+    trial a dead worker left (queued again by the heartbeat) in the meantime."""
+    log = await run_search(study, runner, trials, budget, plan, first_trial_guess_s, workers)
+    workers.record_search(study)
+    while await settle(study, workers, runner.progress.line):
+        more = await run_search(study, runner, trials, budget, plan, first_trial_guess_s, workers)
+        log.durations_s += more.durations_s
+    return log
+
+
 async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget,
-                     plan: ConfirmPlan, first_trial_guess_s: float) -> SearchLog:  # fmt: skip
+                     plan: ConfirmPlan, first_trial_guess_s: float,
+                     workers: Workers) -> SearchLog:  # fmt: skip
     """Run trials until the study holds `trials` finished ones or the budget runs out.
 
     A new trial starts only if its expected duration fits before the time kept for the
-    confirmation and the report; the reference configs always run, since the report needs
-    them. A space with nothing to search stops after the references.
+    confirmation and the report; the reference configs and a dead worker's trials always run,
+    since the report needs them. A space with nothing to search stops after the references.
     """
     log, failed_in_a_row = SearchLog(), 0
     while not (stop := _stop_reason(study, runner, trials, budget, plan, log, first_trial_guess_s)):
-        trial = study.ask()
+        trial = next_trial(study)
         started = budget.clock()
         try:
-            record = await runner.run(study, trial, deadline_s=budget.end_s - plan.reserve_s(study))
+            deadline_s = budget.end_s - plan.reserve_s(study)
+            with workers.beating(trial):
+                record = await runner.run(study, trial, deadline_s=deadline_s)
         except Exception as exc:
             if isinstance(exc, TuneError) and best_trial(study) is None:
                 raise  # nothing has ever worked: a broken setup, not a bad config
@@ -121,7 +138,11 @@ def _stop_reason(
     log: SearchLog, first_trial_guess_s: float,
 ) -> str:  # fmt: skip
     """Why the search stops before the next trial ("" to go on)."""
-    if len(finished_trials(study)) >= trials:
+    if retry_waiting(study):
+        return ""
+    # Trials other workers are measuring count too, so N workers do not overshoot by N - 1.
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if len(finished_trials(study)) + len(running) >= trials:
         return f"--trials {trials} reached"
     reference = _reference_next(study)
     if not reference and not runner.space.domains:

@@ -156,8 +156,12 @@ class RunView:
     trials: list[TrialRecord]
 
     @classmethod
-    def read(cls, files: RunFiles, study: optuna.Study) -> RunView:
-        info = files.read_json(RUN_FILE)
+    def read(
+        cls, files: RunFiles, study: optuna.Study, info: dict[str, Any] | None = None
+    ) -> RunView:
+        """`info` is run.json as the worker that confirmed a shared study stored it (else this
+        folder's own)."""
+        info = info if info is not None else files.read_json(RUN_FILE)
         if not isinstance(info, dict):
             raise TuneError(f"{files.root} has no {RUN_FILE}; pass the folder a tune run wrote")
         slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))

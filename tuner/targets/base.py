@@ -16,6 +16,7 @@ class TargetKind(enum.StrEnum):
     BUILTIN = "builtin"  # engine_lite in this process
     LAUNCH = "launch"  # a server command started per config
     URL = "url"  # a running server, measured as it is
+    SYNTHETIC = "synthetic"  # measures nothing: rehearsals and tests of the workers (--synthetic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from tuner.targets.base import Target
 from tuner.targets.builtin import BuiltinTarget
 from tuner.targets.http import LaunchTarget, PrometheusProbe, UrlTarget
 from tuner.targets.launch import LaunchSpec
+from tuner.targets.synthetic import SyntheticTarget
 
 DEFAULT_LAUNCH_URL = "http://127.0.0.1:8000"
 
@@ -31,9 +32,17 @@ class TargetOptions:
     prometheus_interval_s: float = 5.0
     launch_timeout_s: float = 600.0
     log_dir: Path | None = None
+    synthetic_level_s: float | None = None  # --synthetic: a stand-in that measures nothing
 
 
 def open_target(options: TargetOptions) -> Target:
+    """The target the options name: a synthetic stand-in, or a real engine or server."""
+    if options.synthetic_level_s is not None:
+        return SyntheticTarget(options.synthetic_level_s)
+    return _open_engine(options)
+
+
+def _open_engine(options: TargetOptions) -> Target:
     """The built-in engine (weights load here, once), a --launch command, or a --url."""
     prom = None
     if options.prometheus_url:
