@@ -122,9 +122,12 @@ def best_capacity(study: optuna.Study) -> float:
     return float(best.value) if best is not None and best.value is not None else 0.0
 
 
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The finished trial with the highest value among those meeting every constraint."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+def best_trial(
+    study: optuna.Study, trials: Sequence[FrozenTrial] | None = None
+) -> FrozenTrial | None:
+    """The finished trial with the highest value among those meeting every constraint (among
+    `trials` when the caller has just read them)."""
+    done = _complete(study, trials)
     ok = [t for t in done if t.value is not None and math.isfinite(t.value)
           and all(c <= 0 for c in attrs.constraints_of(t))]  # fmt: skip
     return max(ok, key=lambda t: t.value or 0.0, default=None)
@@ -218,10 +221,11 @@ def find_twin(study: optuna.Study, knobs: Knobs, number: int) -> FrozenTrial | N
     return None
 
 
-def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
+def top_trials(study: optuna.Study, k: int, mode: Mode,
+               trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:  # fmt: skip
     """The k best finished trials worth confirming (positive value; feasible in --rate mode),
     the same config measured twice (a reference and a search hit) once."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = _complete(study, trials)
     if mode is Mode.GOODPUT:
         done = [t for t in done if all(c <= 0 for c in attrs.constraints_of(t, missing=[1.0]))]
     ranked = sorted((t for t in done if t.value is not None and t.value > 0),
@@ -230,3 +234,10 @@ def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
     for t in ranked:
         unique.setdefault(repr(sorted(attrs.knobs_of(t).items())), t)
     return list(unique.values())[:k]
+
+
+def _complete(study: optuna.Study, trials: Sequence[FrozenTrial] | None) -> list[FrozenTrial]:
+    """Complete trials, from a list just read (a read of a shared storage is a round trip)."""
+    if trials is None:
+        return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t for t in trials if t.state is TrialState.COMPLETE]

@@ -149,9 +149,10 @@ def _check_identity(study: optuna.Study, name: str, mine: dict[str, Any]) -> Non
         raise TuneError(why)
 
 
-def next_trial(study: optuna.Study) -> optuna.Trial:
-    """A dead worker's trial queued again, before anything new; else what Optuna hands out."""
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+def next_trial(study: optuna.Study, retry_first: bool = True) -> optuna.Trial:
+    """A dead worker's trial queued again, before anything new (`retry_first`: when there may
+    be one); else what Optuna hands out."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if retry_first else []
     for frozen in waiting:
         if attrs.retry_of(frozen) is None:
             continue
