@@ -82,6 +82,8 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
     try:
         run = prepare(settings, slo, files, target, clock)
         files.write_json(RUN_FILE, run_info(run))
+        if run.workers.created:  # what a report shows if no worker gets to confirm
+            attrs.set_run_info(run.study, run_info(run))
         status = RunStatus(settings.trials, settings.time_budget_s, clock)
         with make_display(status, quiet) as display:
             log = await search(run, budget, display)

@@ -19,7 +19,7 @@ from tuner.report.recommendation import build_recommendation
 from tuner.report.render import write_reports
 from tuner.report.summary import print_summary
 from tuner.search.claim import StoredReport, latest_report, load_jobs
-from tuner.search.confirm import build_candidate, candidate_rate, choose
+from tuner.search.confirm import build_candidate, candidate_rate, choose, search_candidate
 from tuner.search.storage import masked, open_storage
 from tuner.search.study import top_trials
 from tuner.store import attrs
@@ -36,6 +36,8 @@ from tuner.store.runfiles import (
 )
 
 REBUILT = "rebuilt from records (the run ended before its confirmation)"
+UNCONFIRMED = ("not confirmed: the study's workers stopped before confirming; figures from "
+               "the search, with intervals where this folder holds the records")  # fmt: skip
 
 
 def publish(
@@ -123,31 +125,33 @@ def open_shared(storage: str, study_name: str | None,
     except KeyError:
         raise TuneError(f"there is no study {study_name!r} in {masked(storage)}; check "
                         "--study-name") from None  # fmt: skip
+    files = RunFiles(out_dir)
     stored = stored_report(opened, study_name)
-    if stored is None:
-        raise TuneError(
-            f"study {study_name!r} has no confirmation yet: its workers are still measuring, or "
-            "the last one stopped before confirming; start a worker with the same settings to "
-            "finish it"
-        )
-    return RunFiles(out_dir), study, stored
+    if stored is None:  # every worker stopped before confirming: report on the search alone
+        info = attrs.run_info(study)
+        if info is None:
+            raise TuneError(f"study {study_name!r} was not made by tune; check --study-name")
+        conf = rebuild_confirmation(RunView.read(files, study, info), UNCONFIRMED)
+        stored = StoredReport(info, confirmation_json(conf), "", -1)
+    return files, study, stored
 
 
-def rebuild_confirmation(view: RunView) -> Confirmation:
-    """Intervals from the records on disk, for a run that ended before its confirmation."""
+def rebuild_confirmation(view: RunView, note: str = REBUILT) -> Confirmation:
+    """Intervals from the records on disk, for a run that ended before its confirmation; a
+    top config whose records are not here (another worker measured it) by its search level."""
     settings = view.settings
-    rate = settings.get("rate_rps")
     candidates = []
     for frozen in top_trials(view.study, settings.get("top_k", 3), view.mode):
         trial = view.trial(frozen.number)
+        rate = candidate_rate(trial, view.mode, settings.get("rate_rps"))
         runs = view.files.search_runs(trial) + view.files.confirm_runs(trial.number)
-        if runs:
-            candidates.append(build_candidate(
-                trial, runs, candidate_rate(trial, view.mode, rate), 0, view.slo, view.rules,
-                view.mode, settings.get("seed", 0),
-            ))  # fmt: skip
+        if any(run.rate_rps == rate for run in runs):
+            candidates.append(build_candidate(trial, runs, rate, 0, view.slo, view.rules,
+                                              view.mode, settings.get("seed", 0)))  # fmt: skip
+        elif trial.levels:
+            candidates.append(search_candidate(trial, rate))
     chosen = choose(candidates)
-    return Confirmation(candidates, chosen.trial if chosen else None, None, REBUILT, None)
+    return Confirmation(candidates, chosen.trial if chosen else None, None, note, None)
 
 
 def report_main(argv: list[str]) -> int:

@@ -30,6 +30,8 @@ UPPER = "upper_bound_rps"  # lowest failing rate (None before any failure)
 CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - limit
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
+RUN_INFO = "run_info"  # study: run.json of the worker that created it (a report before any
+# confirmation reads it)
 SAME_AS = "same_as"  # a sampled config already measured (or in flight): that trial's number
 WORKER_PREFIX = "worker "  # study: "worker host:pid" -> what that worker is and did
 # Confirmation jobs (a study of their own, see search/claim.py):
@@ -142,6 +144,14 @@ def study_meta(study: optuna.Study) -> dict[str, Any] | None:
 
 def set_study_meta(study: optuna.Study, meta: dict[str, Any]) -> None:
     study.set_user_attr(STUDY_META, meta)
+
+
+def run_info(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(RUN_INFO)
+
+
+def set_run_info(study: optuna.Study, info: Mapping[str, Any]) -> None:
+    study.set_user_attr(RUN_INFO, clean_json(dict(info)))
 
 
 def start_rate(study: optuna.Study) -> float | None:

@@ -35,18 +35,20 @@ def worker_args(url: str, study: str, run_dir: Path, *extra: str) -> list[str]:
             "--time-budget", "10m", "--json", "--run-dir", str(run_dir), *extra]  # fmt: skip
 
 
-def trials_of(url: str, study: str) -> list[FrozenTrial]:
-    return optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False)
+def trials_of(storage: optuna.storages.RDBStorage, study: str) -> list[FrozenTrial]:
+    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
 
 
-def kill_a_worker_mid_trial(procs: dict[str, Any], url: str, study: str) -> tuple[str, list]:
+def kill_a_worker_mid_trial(
+    procs: dict[str, Any], storage: optuna.storages.RDBStorage, study: str
+) -> tuple[str, list]:
     """SIGKILL a worker that has finished a trial and is partway through another (a level of it
     measured); returns its name and the study's finished trials just before."""
     by_pid = {str(p.pid): name for name, p in procs.items()}
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
-            trials = trials_of(url, study)
+            trials = trials_of(storage, study)
         except KeyError:  # the first worker is creating the study right now
             continue
         done = {attrs.worker_of(t) for t in trials if t.state in FINISHED}
@@ -66,7 +68,8 @@ def test_three_workers_one_killed_mid_trial(
     postgres_url, study_name, tmp_path, start_worker, capsys
 ):
     procs = {n: start_worker(worker_args(postgres_url, study_name, tmp_path / n)) for n in "abc"}
-    victim, before = kill_a_worker_mid_trial(procs, postgres_url, study_name)
+    storage = optuna.storages.RDBStorage(postgres_url)  # one connection pool for all the polls
+    victim, before = kill_a_worker_mid_trial(procs, storage, study_name)
     reports = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=180)
@@ -75,7 +78,7 @@ def test_three_workers_one_killed_mid_trial(
             continue
         assert proc.returncode == 0, err
         reports[name] = json.loads(out)
-    trials = trials_of(postgres_url, study_name)
+    trials = trials_of(storage, study_name)
 
     # Every trial is accounted for: finished, or failed with its dead worker and retried.
     states = Counter(t.state for t in trials)
