@@ -42,8 +42,9 @@ def trials_of(storage: optuna.storages.RDBStorage, study: str) -> list[FrozenTri
 def kill_a_worker_mid_trial(
     procs: dict[str, Any], storage: optuna.storages.RDBStorage, study: str
 ) -> tuple[str, list]:
-    """SIGKILL a worker that has finished a trial and is partway through another (a level of it
-    measured); returns its name and the study's finished trials just before."""
+    """SIGKILL a worker that has finished a trial and is partway through another; returns its
+    name and the study's finished trials just before. The trial is caught after one level that
+    passed: its rate search must climb, so the kill lands during its next level, not after it."""
     by_pid = {str(p.pid): name for name, p in procs.items()}
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -54,9 +55,10 @@ def kill_a_worker_mid_trial(
         done = {attrs.worker_of(t) for t in trials if t.state in FINISHED}
         for t in trials:
             worker = attrs.worker_of(t)
-            levels = [k for k in t.user_attrs if k.startswith(attrs.LEVEL_PREFIX)]
+            levels = [v for k, v in t.user_attrs.items() if k.startswith(attrs.LEVEL_PREFIX)]
+            climbing = len(levels) == 1 and levels[0]["passed"]
             name = by_pid.get(worker.rpartition(":")[2])
-            if t.state is TrialState.RUNNING and levels and worker in done and name:
+            if t.state is TrialState.RUNNING and climbing and worker in done and name:
                 procs[name].send_signal(signal.SIGKILL)  # no chance to clean up
                 return name, [x for x in trials if x.state in FINISHED]
         time.sleep(0.05)  # polling a live study: how often to look, not a timing assumption
