@@ -16,6 +16,7 @@ from tuner.errors import TuneError
 from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
 from tuner.settings import (
+    DEFAULT_HEARTBEAT_S,
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_NUM_REQUESTS_GPU,
@@ -114,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--run-dir", help="results folder (default results/tune-DATE-TIME)")
     o.add_argument("--storage", help="Optuna RDB URL or journal file shared by workers")
     o.add_argument("--study-name")
+    o.add_argument("--heartbeat-interval", type=int, default=DEFAULT_HEARTBEAT_S, help="with a "
+                   "shared --storage URL: seconds between a running trial's heartbeats; one "
+                   f"silent for 3 is failed and queued again (default {DEFAULT_HEARTBEAT_S})")
     o.add_argument("--json", action="store_true", help="print the recommendation JSON")
     o.add_argument("--quiet", action="store_true", help="no progress display")
     t = p.add_argument_group("external servers")
@@ -128,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus scrape interval in seconds (default 5)")
     t.add_argument("--launch-timeout", type=float, default=600.0,
                    help="seconds to wait for /health (default 600)")
+    t.add_argument("--synthetic", type=float, metavar="SECONDS", help="a stand-in target whose "
+                   "levels wait SECONDS and measure nothing: rehearse a cluster or a study")
     return p
     # fmt: on
 
@@ -137,7 +143,8 @@ _FLAG_OF = {"level_s": "level_seconds", "params": "param", "fixed": "fix", "rate
             "n_startup_trials": "startup_trials", "start_rps": "start_rate",
             "rel_tol": "rate_tolerance", "min_rps": "min_rate",
             "request_timeout_s": "request_timeout", "prometheus_interval_s": "prometheus_interval",
-            "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget"}  # fmt: skip
+            "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget",
+            "heartbeat_s": "heartbeat_interval", "synthetic_s": "synthetic"}  # fmt: skip
 
 
 # What a resume may change; everything else is the run's, as saved in its run.json.

@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.samplers import BaseSampler
+from optuna.trial import TrialState
 
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
@@ -18,9 +19,10 @@ from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish, report_lost_server
-from tuner.search import fidelity
+from tuner.search.claim import claim_confirmation, latest_report, open_jobs
 from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
-from tuner.search.loop import Budget, ConfirmPlan, SearchLog, run_search
+from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
+from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
     Scenario,
@@ -29,22 +31,21 @@ from tuner.search.starting import (
     enqueue_starting_configs,
     scenario_for,
 )
+from tuner.search.storage import open_storage
 from tuner.search.study import (
     CapacityPruner,
     SamplerName,
-    has_role,
     make_sampler,
-    open_study,
     recover_stale_trials,
-    storage_url,
     top_trials,
 )
 from tuner.search.trial import TrialRunner
+from tuner.search.workers import Workers, join_study
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
-from tuner.sim.profile import Profile
 from tuner.store import attrs
 from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
+from tuner.store.identity import device_of, engine_of, model_of
 from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
 from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
 from tuner.targets.base import ReplayPlan, ServerLost, Target
@@ -64,6 +65,8 @@ class TuneRun:
     mode: Mode
     meter: Meter
     scenario: Scenario
+    workers: Workers
+    setup_notes: list[str]  # what setting the study up skipped (the creating worker only)
 
 
 async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = time.monotonic,
@@ -82,32 +85,47 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
     try:
         run = prepare(settings, slo, files, target, clock)
         files.write_json(RUN_FILE, run_info(run))
+        if run.workers.created:  # what a report shows if no worker gets to confirm
+            attrs.set_run_info(run.study, run_info(run))
         status = RunStatus(settings.trials, settings.time_budget_s, clock, str(files.root))
         with make_display(status, quiet) as display:
             try:
-                conf = await measure(run, budget, display)
+                log = await measure(run, budget, display)
+                # Every worker gets here; one confirms, the others wait for its report.
+                jobs = open_jobs(run.workers, settings.resolved_study_name())
+                claim = await claim_confirmation(run.study, jobs, run.workers, display.line)
+                if claim is not None:
+                    with claim.held():
+                        conf = await confirm(run, budget, display, log)
+                        claim.done(run_info(run), confirmation_json(conf))
             except ServerLost as lost:  # report what was measured, then say what happened
                 raise report_lost_server(files, run.study, lost) from None
             display.set_phase("writing the report")
-            files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
-            return publish(files, run.study)
+            return publish(files, run.study, latest_report(jobs))
     finally:
         await target.close()
 
 
-async def measure(run: TuneRun, budget: Budget, display: StatusSink) -> Confirmation:
-    """The measuring phases: search, confirm the top configs, the default at their rate."""
-    log = await search_with_simulator(run, budget, display)
-    if log is None:
-        log = await search(run, budget, display)
+async def measure(run: TuneRun, budget: Budget, display: StatusSink) -> SearchLog:
+    """The search: screened by the simulator where there is one, else on the target alone."""
+    log = await search_with_simulator(run, budget, display, search)
+    return log if log is not None else await search(run, budget, display)
+
+
+async def confirm(
+    run: TuneRun, budget: Budget, display: StatusSink, log: SearchLog
+) -> Confirmation:
+    """Re-measure the top configs, choose one, and measure the default at its rate."""
     view = RunView.read(run.files, run.study)  # the trials as the search left them
     display.set_phase("confirming the top configs")
     candidates = await confirm_top(run, view, budget)
     chosen = choose(candidates)
     display.set_phase("measuring the default at the recommended rate")
     same_rate = await check_same_traffic(run, view, chosen, budget)
-    return Confirmation(candidates, chosen.trial if chosen else None, same_rate, log.stopped_by,
-                        budget.elapsed_s)  # fmt: skip
+    conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
+                        log.stopped_by, budget.elapsed_s)  # fmt: skip
+    run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
+    return conf
 
 
 def prepare(
@@ -132,89 +150,39 @@ def prepare(
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level,
                   rules_for(mode, facts.require_schedule), clock)  # fmt: skip
-    study = _open_study(settings, files, workload, mode, slo, facts.model)
     scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
-    return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario)
+    storage = open_storage(settings.storage, files.root, settings.heartbeat_s)
+
+    def sampler(seed: int) -> BaseSampler:
+        return make_sampler(SamplerName(settings.sampler), seed, settings.n_startup_trials,
+                            constraints=mode is Mode.GOODPUT)  # fmt: skip
+
+    def setup(study: optuna.Study) -> list[str]:
+        if screens_with_simulator(settings.fidelity, mode, settings.storage):
+            enqueue_default(study, space)  # the simulator chooses what is measured next
+            return []
+        return enqueue_starting_configs(study, space, scenario, settings.budget_sweep)
+
+    mine = study_identity(settings, workload, mode, slo, target, space)
+    study, workers, notes = join_study(storage, settings.resolved_study_name(), sampler,
+                                       settings.seed, CapacityPruner(), mine, setup)  # fmt: skip
+    return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario,
+                   workers, notes)  # fmt: skip
 
 
-def _open_study(settings: TuneSettings, files: RunFiles, workload: Workload, mode: Mode, slo: SLO,
-                model: str) -> optuna.Study:  # fmt: skip
-    sampler = make_sampler(SamplerName(settings.sampler), settings.seed,
-                           settings.n_startup_trials, constraints=mode is Mode.GOODPUT)  # fmt: skip
-    meta = {"slo": str(slo), "workload": workload.name,
-            "workload_fingerprint": workload.fingerprint(), "mode": mode.value,
-            "rate_rps": settings.rate_rps, "model": model, "arrival": settings.arrival}  # fmt: skip
-    storage = storage_url(settings.storage, files.root)
-    return open_study(storage, settings.resolved_study_name(), sampler, CapacityPruner(), meta)
-
-
-async def search_with_simulator(run: TuneRun, budget: Budget, display: StatusSink
-                                ) -> SearchLog | None:  # fmt: skip
-    """--fidelity sim (docs/tuner.md, tuner/search/fidelity.py): the default for real, a
-    simulator fitted on what the target served, then rounds of screening in virtual time and
-    verifying the best config for real. None when there is no simulator for this target."""
-    s = run.settings
-    if s.fidelity != "sim" or run.mode is not Mode.CAPACITY:
-        return None
-    profile = Profile.load(Path(s.profile)) if s.profile else None
-    simulator = fidelity.Simulator.for_target(run.target, profile)
-    if simulator is None:
-        display.line("no simulator for this target (pass --profile FILE): measuring for real")
-        return None
-    if not has_role(run.study, Role.DEFAULT):
-        enqueue_default(run.study, run.space)
-    simulator.recording(True)
-    log = await search(run, budget, display, queued_only=True)
-    if has_role(run.study, Role.SCREENED):
-        # Resumed after screening: the engine steps the simulator was fitted on died with the
-        # killed process, so the queued configs are verified and the rest is searched for real.
-        simulator.recording(False)
-        return await search(run, budget, display)
-    view = RunView.read(run.files, run.study)
-    default = view.with_role(Role.DEFAULT)
-    if simulator.steps is not None and default is not None and default.capacity_rps:
-        display.set_phase("one level on a small budget: chunked steps for the simulator")
-        await fidelity.calibration_level(run.meter, run.space, default.capacity_rps)
-    if not await simulator.fit(run.meter, fidelity.real_levels(view)):
-        display.line("too few engine steps to fit a simulator: searching for real")
-        return await search(run, budget, display)
-    for _ in range(s.verify_top):
-        if not await verify_next(run, simulator, budget, display):
-            break
-        log = await search(run, budget, display, queued_only=True)
-        await simulator.fit(run.meter, fidelity.real_levels(RunView.read(run.files, run.study)))
-    simulator.recording(False)
-    return await check_simulator(run, simulator, budget, display, log)
-
-
-async def verify_next(run: TuneRun, simulator: fidelity.Simulator, budget: Budget,
-                      display: StatusSink) -> bool:  # fmt: skip
-    """Screen (again) and queue the best config not measured yet, if the budget allows."""
-    view = RunView.read(run.files, run.study)
-    best = max((t.capacity_rps or 0.0 for t in view.finished), default=0.0)
-    start = best or attrs.start_rate(run.study) or 1.0
-    display.set_phase("screening the space in virtual time")
-    ranked = await simulator.rescreen(run.space, start)
-    top = ranked[0].capacity_rps
-    display.line(f"screened {simulator.screened} configs in {simulator.screen_s:.0f} s "
-                 f"({simulator.source}); best simulated {top:.2f} req/s")  # fmt: skip
-    if not budget.fits(3 * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
-        return False
-    return simulator.queue_next(run.study, run.space, [t.knobs for t in view.trials])
-
-
-async def check_simulator(run: TuneRun, simulator: fidelity.Simulator, budget: Budget,
-                          display: StatusSink, log: SearchLog) -> SearchLog:  # fmt: skip
-    """Simulated against measured; when the simulator missed, search on the target for the
-    rest of the budget."""
-    summary = fidelity.summary(simulator, RunView.read(run.files, run.study).trials)
-    attrs.set_sim_summary(run.study, summary)
-    if not summary["fell_back"]:
-        return log
-    miss, bound = summary["max_error"], summary["error_bound"]
-    display.line(f"the simulator missed a verified capacity by {miss:.0%} (bound {bound:.0%}): "
-                 "searching on the target itself")  # fmt: skip
-    return await search(run, budget, display)
+def study_identity(settings: TuneSettings, workload: Workload, mode: Mode, slo: SLO,
+                   target: Target, space: SearchSpace) -> dict[str, Any]:  # fmt: skip
+    """What a worker must share with a study to join it (store/identity.py)."""
+    facts = target.facts
+    fixed = {k: getattr(v, "value", v) for k, v in space.fixed.items()}
+    return {
+        "slo": str(slo), "workload": workload.name,
+        "workload_fingerprint": workload.fingerprint(), "mode": mode.value,
+        "rate_rps": settings.rate_rps, "model": model_of(facts), "arrival": settings.arrival,
+        "device": device_of(facts), "engine": engine_of(facts, settings.launch),
+        "target": facts.kind.value, "burstiness": settings.burstiness,
+        "level_s": settings.level_s, "space": {"searched": space.describe(), "fixed": fixed},
+    }  # fmt: skip
 
 
 async def search(run: TuneRun, budget: Budget, display: StatusSink,
@@ -225,7 +193,12 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
     recovered = recover_stale_trials(run.study)
     if recovered:
         display.line(f"resuming: trials {[n + 1 for n in recovered]} were cut off; queued again")
-    if not queued_only:
+    for note in run.setup_notes:
+        display.line(note)
+    run.setup_notes.clear()
+    if not queued_only and run.settings.storage is None:
+        # One worker on its own folder: queue what is missing (a reference a resume found cut,
+        # or everything after the simulator missed). Shared studies are set up by their creator.
         for note in enqueue_starting_configs(run.study, run.space, run.scenario, s.budget_sweep):
             display.line(note)
     start = s.start_rps or s.rate_rps or attrs.start_rate(run.study)
@@ -246,13 +219,13 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
     )
     display.set_phase(phase)
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)
-    return await run_search(run.study, runner, trials, budget, plan, first_guess_s)
+    trials = _queued_count(run.study) if queued_only else s.trials
+    return await search_to_the_end(run.study, runner, trials, budget, plan, first_guess_s,
+                                   run.workers)  # fmt: skip
 
 
 def _queued_count(study: optuna.Study) -> int:
     """Finished plus waiting trials: the search stops once the queue is measured."""
-    from optuna.trial import TrialState
-
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
     return len(study.get_trials(deepcopy=False, states=states))
 

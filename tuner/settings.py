@@ -30,6 +30,9 @@ BURST_REQUESTS = 40
 BURST_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
+# Workers on a shared RDB storage beat every 20 s; a trial silent for three beats is taken as
+# dead, failed and queued again (Optuna's heartbeat; docs/cluster.md).
+DEFAULT_HEARTBEAT_S = 20
 
 
 @dataclass
@@ -80,6 +83,7 @@ class TuneSettings:
     run_dir: str | None = None
     storage: str | None = None
     study_name: str | None = None
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S  # a shared RDB storage: seconds between heartbeats
     # other targets
     launch: str | None = None
     url: str | None = None
@@ -88,6 +92,7 @@ class TuneSettings:
     prometheus_url: str | None = None
     prometheus_interval_s: float = 5.0
     launch_timeout_s: float = 600.0
+    synthetic_s: float | None = None  # --synthetic: each level waits this long, measures nothing
 
     def __post_init__(self) -> None:
         if self.num_requests is not None:
@@ -110,6 +115,9 @@ class TuneSettings:
             raise TuneError(f"--growth {self.growth} is invalid; use a factor above 1, e.g. 2")
         if not 0 < self.rel_tol < 1:
             raise TuneError(f"--rate-tolerance {self.rel_tol} is invalid; use e.g. 0.1 (10%)")
+        _positive("heartbeat_interval", self.heartbeat_s, integer=True)
+        if self.synthetic_s is not None:
+            _positive("synthetic", self.synthetic_s)
         _one_of("sampler", self.sampler, SamplerName)
         if self.fidelity not in ("sim", "real"):
             raise TuneError(f"--fidelity {self.fidelity!r} is invalid; use sim or real")
@@ -152,6 +160,7 @@ class TuneSettings:
             max_model_len=self.max_model_len, prometheus_url=self.prometheus_url,
             prometheus_interval_s=self.prometheus_interval_s,
             launch_timeout_s=self.launch_timeout_s, log_dir=log_dir,
+            synthetic_level_s=self.synthetic_s,
         )  # fmt: skip
 
     def resolved_study_name(self) -> str:

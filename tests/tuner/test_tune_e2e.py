@@ -99,7 +99,9 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     budget = rec["best"]["config"]["max_num_batched_tokens"]
     assert f"--max-num-batched-tokens {budget}" in rec["flags"]["vllm"]
     assert "--chunked-prefill-size" in rec["flags"]["sglang"]
-    assert len(rec["trials"]) == 4
+    # Every trial is listed, the one the kill cut off too (failed, and measured again).
+    assert [t["state"] for t in rec["trials"]].count("fail") == 1
+    assert len([t for t in rec["trials"] if t["state"] != "fail"]) == 4
     # The default, measured at the recommendation's rate, unless it is the recommendation.
     same = rec["default_at_recommended_rate"]
     if rec["best"]["config"] != rec["default"]["config"]:
@@ -188,9 +190,8 @@ def test_two_workers_share_one_journal_study(tmp_path):
         out = subprocess.DEVNULL
         return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.PIPE)
 
-    first = worker("a")
-    time.sleep(3)  # the first worker queues the references; the second finds them
-    second = worker("b")
+    # Started together: the one that creates the study queues the references, the other joins.
+    first, second = worker("a"), worker("b")
     for proc in (first, second):
         assert proc.wait(timeout=240) == 0, proc.stderr.read().decode()
     study = optuna.load_study(study_name="shared", storage=storage_url(str(journal), tmp_path))
@@ -199,5 +200,6 @@ def test_two_workers_share_one_journal_study(tmp_path):
     assert len({t.user_attrs["worker"] for t in done}) == 2  # both measured trials
     roles = [t.user_attrs["role"] for t in study.trials]
     assert roles.count("default") == 1 and roles.count("rule_of_thumb") == 1
-    for name in ("a", "b"):
-        assert json.loads((tmp_path / name / "recommendation.json").read_text())["best"]
+    # One worker confirmed; both wrote the same report.
+    reports = [json.loads((tmp_path / name / "recommendation.json").read_text()) for name in "ab"]
+    assert reports[0]["best"] and reports[0] == reports[1]

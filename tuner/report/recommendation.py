@@ -28,9 +28,12 @@ GOODPUT_DEFINITION = (
 DEFINITIONS = {Mode.CAPACITY: CAPACITY_DEFINITION, Mode.GOODPUT: GOODPUT_DEFINITION}
 
 
-def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
-    """The recommendation JSON from the run's records and its confirmation."""
-    info, finished = view.info, view.finished
+def build_recommendation(
+    view: RunView, conf: Confirmation, workers: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The recommendation JSON from the run's records, its confirmation and what each worker
+    did."""
+    info = view.info
     candidates = {c.trial: c for c in conf.candidates}
     chosen = conf.chosen
     best = config_entry(view.trial(chosen.trial), chosen) if chosen else None
@@ -54,9 +57,11 @@ def build_recommendation(view: RunView, conf: Confirmation) -> dict[str, Any]:
         "closest": None if feasible else _closest(view.trials),
         "top": sorted((candidate_json(c) for c in conf.candidates),
                       key=lambda c: -(c["confirmed_rps"] or 0)),
-        "trials": [_trial_row(t) for t in finished],
+        "trials": [_trial_row(t) for t in view.trials if t.state is not TrialState.WAITING],
         "search": _search(view, conf),
-        "run_dir": str(view.files.root),
+        "workers": workers or [],
+        # Where the confirming worker kept its records (so any worker reports the same).
+        "run_dir": info.get("path") or str(view.files.root),
     }  # fmt: skip
     rec["summary"] = summary_line(rec)
     return clean_json(rec)
@@ -143,7 +148,8 @@ def _trial_row(t: TrialRecord) -> dict[str, Any]:
         "config": knobs_to_json(t.knobs), "capacity_rps": t.capacity_rps,
         "upper_bound_rps": t.upper_bound_rps, "value": t.value if complete else None,
         "feasible": t.feasible, "outcome": t.ending.value if t.ending else None,
-        "levels": len(t.levels), "measurement_s": t.measurement_s,
+        "levels": len(t.levels), "measurement_s": t.measurement_s, "worker": t.worker,
+        "retry_of": t.retry_of, "same_as": t.same_as,
     }  # fmt: skip
 
 

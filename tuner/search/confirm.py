@@ -61,8 +61,14 @@ class Confirmer:
             slo, rules = self.meter.slo, self.meter.rules
             return build_candidate(trial, runs, rate, measured, slo, rules, self.mode, self.seed)
 
-        for _ in range(repeats):
+        # A config another worker found has its search records on that worker's disk: it is
+        # measured here as often as it was there at this rate, so every candidate pools as many.
+        elsewhere = sum(lv.rate_rps == rate for lv in trial.levels) - sum(
+            run.rate_rps == rate for run in runs)  # fmt: skip
+        for _ in range(repeats + max(0, elsewhere)):
             await measure(rate)
+        if not any(run.rate_rps == rate for run in runs):
+            return search_candidate(trial, rate)
         cand, probe = candidate(), rate
         for _ in range(self.max_steps_down if self.mode is Mode.CAPACITY else 0):
             if cand.clears or not await measure(probe := probe / self.step_factor):
@@ -77,6 +83,14 @@ def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> fl
         assert rate_rps is not None
         return rate_rps
     return float(trial.capacity_rps or trial.value or 0.0)
+
+
+def search_candidate(trial: TrialRecord, rate: float) -> Candidate:
+    """A candidate from its search level alone (its records are on another worker's disk and
+    nothing was re-measured here): point estimates, no interval, not confirmed."""
+    level = trial.level_at(rate) or trial.levels[-1]
+    return Candidate(trial.number, trial.role, trial.knobs, float(trial.value or 0.0),
+                     level.verdict, 0, 0.0)  # fmt: skip
 
 
 def build_candidate(

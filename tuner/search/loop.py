@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import TuneError
 from tuner.measure.meter import Clock, Meter
-from tuner.search.study import ask, best_trial, finished_trials, top_trials
+from tuner.search.study import best_trial, top_trials
 from tuner.search.trial import TrialRunner
+from tuner.search.workers import Workers, next_trial, settle
 from tuner.store import attrs
 from tuner.store.records import Mode
 from tuner.targets.base import ServerLost
@@ -60,14 +62,15 @@ class ConfirmPlan:
     repeats: int
     rate_rps: float | None = None  # --rate mode
 
-    def reserve_s(self, study: optuna.Study) -> float:
+    def reserve_s(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> float:
         """The repeats of each top config (and one step down each in capacity mode), and one
         level of the default at the best config's rate."""
         if self.repeats == 0:
             return REPORT_RESERVE_S
         capacity = self.mode is Mode.CAPACITY
         levels = self.repeats + (1 if capacity else 0)
-        rates = [self.rate_rps or t.value or 1.0 for t in top_trials(study, self.top_k, self.mode)]
+        top = top_trials(study, self.top_k, self.mode, trials)
+        rates = [self.rate_rps or t.value or 1.0 for t in top]
         level_s = self.meter.expected_level_s
         same_rate_s = level_s(max(rates)) if rates and capacity else 0.0
         return REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
@@ -85,20 +88,42 @@ class SearchLog:
         return statistics.median(self.durations_s) if self.durations_s else fallback_s
 
 
+async def search_to_the_end(study: optuna.Study, runner: TrialRunner, trials: int,
+                            budget: Budget, plan: ConfirmPlan, first_trial_guess_s: float,
+                            workers: Workers) -> SearchLog:  # fmt: skip
+    """This worker's search, then the wait until no trial runs on any worker, measuring each
+    trial a dead worker left (queued again by the heartbeat) in the meantime."""
+    log = await run_search(study, runner, trials, budget, plan, first_trial_guess_s, workers)
+    workers.record_search(study)
+    while await settle(study, workers, runner.progress.line):
+        more = await run_search(study, runner, trials, budget, plan, first_trial_guess_s, workers)
+        log.durations_s += more.durations_s
+    return log
+
+
 async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget,
-                     plan: ConfirmPlan, first_trial_guess_s: float) -> SearchLog:  # fmt: skip
+                     plan: ConfirmPlan, first_trial_guess_s: float,
+                     workers: Workers) -> SearchLog:  # fmt: skip
     """Run trials until the study holds `trials` finished ones or the budget runs out.
 
     A new trial starts only if its expected duration fits before the time kept for the
-    confirmation and the report; the reference configs always run, since the report needs
-    them. A space with nothing to search stops after the references.
+    confirmation and the report; the reference configs and a dead worker's trials always run,
+    since the report needs them. A space with nothing to search stops after the references.
     """
     log, failed_in_a_row = SearchLog(), 0
-    while not (stop := _stop_reason(study, runner, trials, budget, plan, log, first_trial_guess_s)):
-        trial = ask(study)
+    while True:
+        now = Snapshot.of(study)
+        reserve_s = plan.reserve_s(study, now.trials)
+        if (best := best_trial(study, now.trials)) is not None and best.value:
+            unit = "req/s" if runner.mode is Mode.CAPACITY else "good req/s"
+            runner.progress.set_best(best.value, best.number + 1, unit)
+        if stop := _stop_reason(now, runner, trials, budget, reserve_s, log, first_trial_guess_s):
+            break
+        trial = next_trial(study, retry_first=now.retry_waiting)
         started = budget.clock()
         try:
-            record = await runner.run(study, trial, deadline_s=budget.end_s - plan.reserve_s(study))
+            with workers.beating(trial):
+                record = await runner.run(study, trial, deadline_s=budget.end_s - reserve_s)
         except Exception as exc:
             if isinstance(exc, TuneError) and best_trial(study) is None:
                 raise  # nothing has ever worked: a broken setup, not a bad config
@@ -113,30 +138,47 @@ async def run_search(study: optuna.Study, runner: TrialRunner, trials: int, budg
         failed_in_a_row = 0
         if not record.role.is_reference:
             log.durations_s.append(budget.clock() - started)
-        if (best := best_trial(study)) is not None and best.value:
-            unit = "req/s" if runner.mode is Mode.CAPACITY else "good req/s"
-            runner.progress.set_best(best.value, best.number + 1, unit)
     log.stopped_by = stop
     return log
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The study as one read of its trials shows it: what choosing the next step needs (each
+    read is a round trip to a shared storage)."""
+
+    trials: list[FrozenTrial]
+    finished: int
+    running: int  # on any worker
+    retry_waiting: bool  # a dead worker's trial queued again
+    reference_next: bool  # a reference config is queued (`ask` hands those out first)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> Snapshot:
+        trials = study.get_trials(deepcopy=False)
+        waiting = [t for t in trials if t.state is TrialState.WAITING]
+        return cls(
+            trials=trials,
+            finished=sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials),
+            running=sum(t.state is TrialState.RUNNING for t in trials),
+            retry_waiting=any(attrs.retry_of(t) is not None for t in waiting),
+            reference_next=any(attrs.role_of(t).is_reference for t in waiting),
+        )  # fmt: skip
+
+
 def _stop_reason(
-    study: optuna.Study, runner: TrialRunner, trials: int, budget: Budget, plan: ConfirmPlan,
+    now: Snapshot, runner: TrialRunner, trials: int, budget: Budget, reserve_s: float,
     log: SearchLog, first_trial_guess_s: float,
 ) -> str:  # fmt: skip
     """Why the search stops before the next trial ("" to go on)."""
-    if len(finished_trials(study)) >= trials:
+    if now.retry_waiting:
+        return ""
+    # Trials other workers are measuring count too, so N workers do not overshoot by N - 1.
+    if now.finished + now.running >= trials:
         return f"--trials {trials} reached"
-    reference = _reference_next(study)
-    if not reference and not runner.space.domains:
+    if not now.reference_next and not runner.space.domains:
         return "nothing to search: the target can change none of the knobs"
     expected = log.estimate_trial_s(first_trial_guess_s)
-    if not reference and budget.clock() + expected > budget.end_s - plan.reserve_s(study):
+    if not now.reference_next and budget.clock() + expected > budget.end_s - reserve_s:
         return "time budget"
     return ""
-
-
-def _reference_next(study: optuna.Study) -> bool:
-    """Is a reference config queued? `ask` hands those out first."""
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    return any(attrs.role_of(t).is_reference for t in waiting)

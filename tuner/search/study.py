@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import math
 import os
@@ -10,22 +11,25 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.errors import TuneError
 from tuner.store import attrs
 from tuner.store.records import Mode, Role
+from tuner.targets.knobs import Knobs
 
 # What opening a missing, unwritable or damaged storage raises (SQLAlchemy's errors for an RDB
 # URL or a SQLite file that is not a database, OSError for a journal file).
-_STORAGE_ERRORS = (ImportError, ValueError, RuntimeError, OSError, SQLAlchemyError)
+STORAGE_ERRORS = (ImportError, ValueError, RuntimeError, OSError, SQLAlchemyError)
 STALE_AFTER_S = 3600.0  # a trial with no level for this long on another host is taken as dead
+# A config whose worker dies three times (it takes the engine down with it, say) stays failed.
+MAX_RETRIES = 2
 
 
 class SamplerName(enum.StrEnum):
@@ -55,7 +59,7 @@ def storage_url(storage: str | None, run_dir: Path) -> str | optuna.storages.Bas
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """SQLAlchemy's messages run to several lines (the SQL, a link); the first says it."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -133,37 +137,38 @@ def best_capacity(study: optuna.Study) -> float:
     return float(best.value) if best is not None and best.value is not None else 0.0
 
 
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The finished trial with the highest value among those meeting every constraint."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+def best_trial(
+    study: optuna.Study, trials: Sequence[FrozenTrial] | None = None
+) -> FrozenTrial | None:
+    """The finished trial with the highest value among those meeting every constraint (among
+    `trials` when the caller has just read them)."""
+    done = _complete(study, trials)
     ok = [t for t in done if t.value is not None and math.isfinite(t.value)
           and all(c <= 0 for c in attrs.constraints_of(t))]  # fmt: skip
     return max(ok, key=lambda t: t.value or 0.0, default=None)
 
 
-def open_study(
-    storage: str | optuna.storages.BaseStorage, study_name: str, sampler: BaseSampler,
-    pruner: BasePruner, meta: dict[str, Any],
-) -> optuna.Study:  # fmt: skip
-    """Create the study, or load it to resume; a study made for another SLO or workload is
-    refused rather than mixed with this run's measurements."""
-    try:
-        study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
-                                    pruner=pruner, direction="maximize",
-                                    load_if_exists=True)  # fmt: skip
-    except _STORAGE_ERRORS as exc:
-        raise TuneError(f"cannot open study storage {storage!r}: {_first_line(exc)}") from None
-    old = attrs.study_meta(study)
-    if old is None:
-        attrs.set_study_meta(study, meta)
-        return study
-    for key in sorted(set(old) | set(meta)):
-        if old.get(key) != meta.get(key):
-            raise TuneError(
-                f"study {study_name!r} was made with {key}={old.get(key)!r}, not "
-                f"{meta.get(key)!r}; pass the same settings to resume it, or a new --study-name"
-            )
-    return study
+class RetryStaleTrial(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a trial whose worker died, keeping only why the trial exists (its
+    role): the levels the dead worker measured belong to the failed attempt, not the retry."""
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        kept = copy.copy(trial)
+        kept.user_attrs = attrs.requeue_attrs(trial)
+        super().__call__(study, kept)
+
+
+def retry_stale_trial() -> RetryStaleTrial:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryStaleTrial(max_retry=MAX_RETRIES)
+
+
+def heartbeat_on(study: optuna.Study) -> bool:
+    """Does Optuna's heartbeat watch this study's trials (a shared RDB storage)?"""
+    # Optuna's own fail_stale_trials reads the storage off the study the same way.
+    interval = getattr(study._storage, "get_heartbeat_interval", None)
+    return interval is not None and interval() is not None
 
 
 def load_study(study_name: str, storage: str | optuna.storages.BaseStorage) -> optuna.Study:
@@ -172,32 +177,40 @@ def load_study(study_name: str, storage: str | optuna.storages.BaseStorage) -> o
         return optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         raise TuneError(f"study {study_name!r} is not in {storage}") from None
-    except _STORAGE_ERRORS as exc:
-        raise TuneError(f"cannot read study storage {storage!r}: {_first_line(exc)}") from None
+    except STORAGE_ERRORS as exc:
+        raise TuneError(f"cannot read study storage {storage!r}: {first_line(exc)}") from None
 
 
 def recover_stale_trials(study: optuna.Study, now_s: float | None = None) -> list[int]:
-    """Fail trials left RUNNING by a killed process and queue their configs again.
+    """Fail trials left RUNNING by a dead worker and queue their configs again.
 
-    A trial is stale when its worker ran on this host and is gone, or when it has not finished
-    a level for `STALE_AFTER_S`. Finished trials are untouched, so a resumed run loses none.
+    With a heartbeat, Optuna decides: a trial silent for its grace period. Without one (the
+    default SQLite file, a journal file), a trial is stale when its worker ran on this host and
+    is gone, or when it has not finished a level for `STALE_AFTER_S`; the numbers of those are
+    returned. Finished trials are untouched, so a resumed run loses none.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # a no-op without a heartbeat
+    if heartbeat_on(study):
+        return []
     now_s = time.time() if now_s is None else now_s
-    host = socket.gethostname()
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        trial_host, _, pid = attrs.worker_of(trial).rpartition(":")
-        beat = attrs.last_beat_s(trial)
-        dead_here = trial_host == host and pid.isdigit() and not _pid_alive(int(pid))
-        if not (dead_here or now_s - beat > STALE_AFTER_S):
+        if not (_worker_gone(trial) or now_s - attrs.last_beat_s(trial) > STALE_AFTER_S):
             continue
         try:
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, RuntimeError):  # another worker recovered it first
             continue
-        study.enqueue_trial(trial.params, user_attrs=attrs.role_attrs(attrs.role_of(trial)))
+        retry_stale_trial()(study, study.get_trials(deepcopy=False)[trial.number])
         recovered.append(trial.number)
     return recovered
+
+
+def _worker_gone(trial: FrozenTrial) -> bool:
+    trial_host, _, pid = attrs.worker_of(trial).rpartition(":")
+    return trial_host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -252,10 +265,21 @@ def _claim(study: optuna.Study, waiting: FrozenTrial) -> bool:
         return False
 
 
-def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
+def find_twin(study: optuna.Study, knobs: Knobs, number: int) -> FrozenTrial | None:
+    """An earlier trial with this config that finished or is being measured (a retry of a
+    failed one is not a twin: that config was never measured to the end)."""
+    live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    for trial in study.get_trials(deepcopy=False, states=live):
+        if trial.number < number and attrs.knobs_of(trial) == knobs:
+            return trial
+    return None
+
+
+def top_trials(study: optuna.Study, k: int, mode: Mode,
+               trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:  # fmt: skip
     """The k best finished trials worth confirming (positive value; feasible in --rate mode),
     the same config measured twice (a reference and a search hit) once."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = _complete(study, trials)
     if mode is Mode.GOODPUT:
         done = [t for t in done if all(c <= 0 for c in attrs.constraints_of(t, missing=[1.0]))]
     ranked = sorted((t for t in done if t.value is not None and t.value > 0),
@@ -264,3 +288,10 @@ def top_trials(study: optuna.Study, k: int, mode: Mode) -> list[FrozenTrial]:
     for t in ranked:
         unique.setdefault(repr(sorted(attrs.knobs_of(t).items())), t)
     return list(unique.values())[:k]
+
+
+def _complete(study: optuna.Study, trials: Sequence[FrozenTrial] | None) -> list[FrozenTrial]:
+    """Complete trials, from a list just read (a read of a shared storage is a round trip)."""
+    if trials is None:
+        return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t for t in trials if t.state is TrialState.COMPLETE]

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.measure.meter import LevelRecord, LevelRun, Meter
 from tuner.measure.ratesearch import RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict
 from tuner.search.space import SearchSpace
-from tuner.search.study import best_capacity
+from tuner.search.study import best_capacity, find_twin
 from tuner.store import attrs
 from tuner.store.records import Mode, Role, TrialEnding, TrialRecord
 from tuner.store.runfiles import RunFiles, write_trials_table
@@ -69,6 +69,10 @@ class TrialRunner:
         attrs.start_trial(trial, role, knobs)
         self.progress.trial_started(trial.number, role, knobs)
         record = TrialRecord(trial.number, TrialState.RUNNING, role, knobs)
+        if not role.is_reference and (twin := find_twin(study, knobs, trial.number)):
+            self._reuse(study, trial, record, twin)
+            self.progress.trial_done(record)
+            return record
         try:
             await self.meter.target.apply(knobs)
             if self.mode is Mode.GOODPUT:
@@ -157,6 +161,19 @@ class TrialRunner:
         record.value = goodput if math.isfinite(goodput) else 0.0
         study.tell(trial, record.value)
         record.state = TrialState.COMPLETE
+
+    def _reuse(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
+               twin: FrozenTrial) -> None:  # fmt: skip
+        """A config measured already (or being measured by another worker) is not measured
+        again: the trial takes its twin's outcome, or is pruned while the twin still runs."""
+        attrs.end_duplicate(trial, twin)
+        record.ending, record.same_as = TrialEnding.DUPLICATE, twin.number
+        if twin.state is TrialState.COMPLETE and twin.value is not None:
+            study.tell(trial, twin.value)
+            record.state, record.value = TrialState.COMPLETE, twin.value
+        else:
+            study.tell(trial, state=TrialState.PRUNED)
+            record.state = TrialState.PRUNED
 
     def _settings(self, study: optuna.Study, trial: optuna.Trial, role: Role
                   ) -> RateSearchSettings:  # fmt: skip

@@ -32,6 +32,18 @@ STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
 PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
 SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
+RUN_INFO = "run_info"  # study: run.json of the worker that created it (a report before any
+# confirmation reads it)
+SAME_AS = "same_as"  # a sampled config already measured (or in flight): that trial's number
+WORKER_PREFIX = "worker "  # study: "worker host:pid" -> what that worker is and did
+# Confirmation jobs (a study of their own, see search/claim.py):
+FINISHED = "finished_trials"  # the finished trials of the study this job confirms
+REPORT_RUN = "report_run"  # run.json of the worker that confirmed: what the report shows
+REPORT_CONFIRMATION = "report_confirmation"  # its confirmation (codec.confirmation_json)
+# Optuna's own system attribute on a trial its heartbeat retry queued (RetryHeartbeatStaleTrial-
+# Callback.retried_trial_number), read here without the experimental-API warning.
+_RETRY_OF = "failed_trial"
+_OPTUNA_CONSTRAINT = "constraints:"  # Trial.set_constraint's system attributes (Optuna >= 5)
 _Trial = optuna.Trial | FrozenTrial
 
 
@@ -50,6 +62,17 @@ def role_attrs(role: Role, predicted_rps: float | None = None) -> dict[str, Any]
 def predicted_of(trial: _Trial) -> float | None:
     value = trial.user_attrs.get(PREDICTED)
     return float(value) if value else None
+
+
+def requeue_attrs(trial: FrozenTrial) -> dict[str, Any]:
+    """What a trial queued again keeps: why it exists, not what the cut-off attempt measured."""
+    return {k: trial.user_attrs[k] for k in (ROLE, FINISHED) if k in trial.user_attrs}
+
+
+def retry_of(trial: FrozenTrial) -> int | None:
+    """The trial this one measures again after its worker died (None for a first attempt)."""
+    number = trial.system_attrs.get(_RETRY_OF)
+    return int(number) if number is not None else None
 
 
 def role_of(trial: _Trial) -> Role:
@@ -91,6 +114,19 @@ def end_capacity(trial: optuna.Trial, ending: TrialEnding, capacity_rps: float,
     trial.set_user_attr(CAPACITY, capacity_rps)
 
 
+def end_duplicate(trial: optuna.Trial, twin: FrozenTrial) -> None:
+    """A config already measured: the twin's outcome (capacity, constraints) without levels."""
+    for key in (CAPACITY, UPPER, CONSTRAINTS):
+        if key in twin.user_attrs:
+            trial.set_user_attr(key, twin.user_attrs[key])
+    if hasattr(trial, "set_constraint"):  # Optuna >= 5 keeps named constraints of its own
+        for key, value in twin.system_attrs.items():
+            if key.startswith(_OPTUNA_CONSTRAINT):
+                trial.set_constraint(key.removeprefix(_OPTUNA_CONSTRAINT), value)
+    trial.set_user_attr(ENDING, TrialEnding.DUPLICATE.value)
+    trial.set_user_attr(SAME_AS, twin.number)
+
+
 def end_goodput(trial: optuna.Trial, ending: TrialEnding, constraints: Mapping[str, float]) -> None:
     trial.set_user_attr(CONSTRAINTS, list(constraints.values()))
     if hasattr(trial, "set_constraint"):  # Optuna >= 5: samplers read these themselves
@@ -114,7 +150,7 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         levels=[level_from_row(attrs[k], slo, rules) for k in keys], value=trial.value,
         capacity_rps=attrs.get(CAPACITY), upper_bound_rps=attrs.get(UPPER),
         ending=TrialEnding(ending) if ending else None, constraints=constraints_of(trial),
-        worker=worker_of(trial),
+        worker=worker_of(trial), retry_of=retry_of(trial), same_as=attrs.get(SAME_AS),
     )  # fmt: skip
 
 
@@ -124,6 +160,14 @@ def study_meta(study: optuna.Study) -> dict[str, Any] | None:
 
 def set_study_meta(study: optuna.Study, meta: dict[str, Any]) -> None:
     study.set_user_attr(STUDY_META, meta)
+
+
+def run_info(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(RUN_INFO)
+
+
+def set_run_info(study: optuna.Study, info: Mapping[str, Any]) -> None:
+    study.set_user_attr(RUN_INFO, clean_json(dict(info)))
 
 
 def start_rate(study: optuna.Study) -> float | None:
@@ -141,3 +185,39 @@ def sim_summary(study: optuna.Study) -> dict[str, Any] | None:
 
 def set_sim_summary(study: optuna.Study, summary: dict[str, Any]) -> None:
     study.set_user_attr(SIM, summary)
+
+
+def register_worker(study: optuna.Study, worker: str, facts: Mapping[str, Any]) -> None:
+    """What one worker is and did (its own key, so workers never overwrite each other)."""
+    study.set_user_attr(f"{WORKER_PREFIX}{worker}", dict(facts))
+
+
+def workers(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """Every worker that joined the study, by "host:pid"."""
+    return {k.removeprefix(WORKER_PREFIX): v for k, v in study.user_attrs.items()
+            if k.startswith(WORKER_PREFIX)}  # fmt: skip
+
+
+def start_job(trial: optuna.Trial) -> None:
+    trial.set_user_attr(WORKER, worker_id())
+
+
+def job_finished_trials(trial: FrozenTrial) -> int:
+    return int(trial.user_attrs.get(FINISHED, -1))
+
+
+def job_attrs(finished_trials: int) -> dict[str, Any]:
+    """Attributes of a queued confirmation job."""
+    return {ROLE: Role.CONFIRM.value, FINISHED: finished_trials}
+
+
+def save_report(trial: optuna.Trial, run_info: Mapping[str, Any],
+                confirmation: Mapping[str, Any]) -> None:  # fmt: skip
+    trial.set_user_attr(REPORT_RUN, clean_json(dict(run_info)))
+    trial.set_user_attr(REPORT_CONFIRMATION, dict(confirmation))
+
+
+def report_of(trial: FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(run.json, confirmation JSON) a finished confirmation job stored."""
+    run, conf = trial.user_attrs.get(REPORT_RUN), trial.user_attrs.get(REPORT_CONFIRMATION)
+    return (run, conf) if run is not None and conf is not None else None

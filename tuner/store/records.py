@@ -21,6 +21,9 @@ class Role(enum.StrEnum):
     SWEEP = "sweep"  # a coarse budget sweep queued first: capacity is ~unimodal in the budget
     SCREENED = "screened"  # ranked high by the simulator, measured to verify it
     SEARCH = "search"
+    # A confirmation job (in the study's confirmation study, search/claim.py): the top configs
+    # re-measured and the report written, once per study, by one worker.
+    CONFIRM = "confirm"
 
     @property
     def is_reference(self) -> bool:
@@ -47,6 +50,7 @@ class TrialEnding(enum.StrEnum):
     SERVER_LOST = "server_lost"  # cut by the server exiting or no longer answering
     FEASIBLE = "feasible"  # --rate mode: every constraint holds
     INFEASIBLE = "infeasible"
+    DUPLICATE = "duplicate"  # the sampler proposed a config already measured or in flight
 
     @property
     def cut(self) -> bool:
@@ -69,7 +73,9 @@ class TrialRecord:
     upper_bound_rps: float | None = None
     ending: TrialEnding | None = None
     constraints: list[float] = field(default_factory=list)  # --rate mode: <= 0 holds
-    worker: str = ""
+    worker: str = ""  # "host:pid" of the process that measured it
+    retry_of: int | None = None  # the trial whose worker died and which this one measures again
+    same_as: int | None = None  # a duplicate: the trial that measured (or measures) this config
 
     @property
     def finished(self) -> bool:

@@ -153,6 +153,9 @@ class RunFiles:
         info = self.read_json(RUN_FILE)
         if info is None:
             raise TuneError(f"{self.root} has no {RUN_FILE}; pass the folder a tune run wrote")
+        if not isinstance(info, dict):
+            raise TuneError(f"{self.root / RUN_FILE} holds a {type(info).__name__}, not an "
+                            "object; it is damaged or was not written by tune")  # fmt: skip
         for key, kind in (("settings", dict), ("slo", str), ("study_name", str)):
             if not isinstance(info.get(key), kind):
                 raise TuneError(f"{self.root / RUN_FILE} has no {key!r} {kind.__name__}; it is "
@@ -220,13 +223,17 @@ class RunView:
     trials: list[TrialRecord]
 
     @classmethod
-    def read(cls, files: RunFiles, study: optuna.Study) -> RunView:
-        info = files.read_run_info()
+    def read(
+        cls, files: RunFiles, study: optuna.Study, info: dict[str, Any] | None = None
+    ) -> RunView:
+        """`info` is run.json as the worker that confirmed a shared study stored it (else this
+        folder's own)."""
+        info = info if info is not None else files.read_run_info()
         try:
             slo, mode = parse_slo(info["slo"]), Mode(info.get("mode", Mode.CAPACITY.value))
             target = info.get("target") or {}
             rules = rules_for(mode, bool(target.get("require_schedule", False)))
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, KeyError, TypeError) as exc:
             raise TuneError(f"{files.root / RUN_FILE} is damaged: {exc}") from None
         trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
         return cls(files, info, study, slo, mode, rules, trials)

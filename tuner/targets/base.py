@@ -18,6 +18,7 @@ class TargetKind(enum.StrEnum):
     LAUNCH = "launch"  # a server command started per config
     URL = "url"  # a running server, measured as it is
     VLLM = "vllm"  # real vLLM, started per config with only the flags it accepts
+    SYNTHETIC = "synthetic"  # measures nothing: rehearsals and tests of the workers (--synthetic)
 
 
 @dataclass(frozen=True, slots=True)

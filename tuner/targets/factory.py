@@ -12,6 +12,7 @@ from tuner.targets.base import Target
 from tuner.targets.builtin import BuiltinTarget
 from tuner.targets.http import LaunchTarget, PrometheusProbe, UrlTarget
 from tuner.targets.launch import LaunchSpec
+from tuner.targets.synthetic import SyntheticTarget
 
 DEFAULT_LAUNCH_URL = "http://127.0.0.1:8000"
 
@@ -34,9 +35,17 @@ class TargetOptions:
     kind: str = "builtin"  # or "vllm"
     vllm_command: str | None = None
     vllm_args: str = ""
+    synthetic_level_s: float | None = None  # --synthetic: a stand-in that measures nothing
 
 
 def open_target(options: TargetOptions) -> Target:
+    """The target the options name: a synthetic stand-in, or a real engine or server."""
+    if options.synthetic_level_s is not None:
+        return SyntheticTarget(options.synthetic_level_s)
+    return _open_engine(options)
+
+
+def _open_engine(options: TargetOptions) -> Target:
     """The built-in engine (weights load here, once), a --launch command, or a --url."""
     prom = None
     if options.prometheus_url:

@@ -1,4 +1,4 @@
-"""Study plumbing: the capacity pruner, storage URLs, and refusing to mix different studies."""
+"""Study plumbing: the capacity pruner, storage URLs, the references and the budget sweep."""
 
 import math
 
@@ -9,15 +9,7 @@ from optuna.trial import TrialState
 from tuner.errors import TuneError
 from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import Scenario, enqueue_starting_configs
-from tuner.search.study import (
-    CapacityPruner,
-    SamplerName,
-    ask,
-    has_role,
-    make_sampler,
-    open_study,
-    storage_url,
-)
+from tuner.search.study import CapacityPruner, ask, has_role, storage_url
 from tuner.store.attrs import ENDING, ROLE, role_attrs
 from tuner.store.records import Role, TrialEnding
 from tuner.targets.knobs import KnobSpace
@@ -71,14 +63,6 @@ def test_storage_forms(tmp_path):
     assert isinstance(journal, optuna.storages.JournalStorage)
     with pytest.raises(TuneError, match="neither an RDB URL nor a journal file"):
         storage_url("study.txt", tmp_path)
-
-
-def test_a_study_made_for_another_slo_is_refused(tmp_path):
-    storage = storage_url(None, tmp_path)
-    sampler = make_sampler(SamplerName.TPE, 0, 2)
-    open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=30ms"})
-    with pytest.raises(TuneError, match="slo='tpot_p99=30ms'"):
-        open_study(storage, "s", sampler, CapacityPruner(), {"slo": "tpot_p99=50ms"})
 
 
 def test_budget_sweep_is_queued_unless_turned_off() -> None:

@@ -1,0 +1,120 @@
+"""--fidelity sim: the default measured for real, a simulator fitted on the engine steps the
+target served, then rounds of screening the space in virtual time and verifying the best
+config not measured yet; a simulator that misses a verified capacity hands the rest of the
+budget to a real search (docs/tuner.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+
+from tuner.measure.meter import Meter
+from tuner.report.live import StatusSink
+from tuner.search import fidelity
+from tuner.search.loop import Budget, SearchLog
+from tuner.search.space import SearchSpace
+from tuner.search.starting import enqueue_default
+from tuner.search.study import has_role
+from tuner.sim.profile import Profile
+from tuner.store import attrs
+from tuner.store.records import Mode, Role
+from tuner.store.runfiles import RunFiles, RunView
+from tuner.targets.base import Target
+
+
+class ScreenedRun(Protocol):
+    """What screening needs of a run (tuner.run.TuneRun)."""
+
+    settings: Any
+    files: RunFiles
+    target: Target
+    space: SearchSpace
+    study: optuna.Study
+    mode: Mode
+    meter: Meter
+
+
+class SearchFn(Protocol):
+    """tuner.run.search: measure the queued configs (`queued_only`) or search for real."""
+
+    def __call__(self, run: Any, budget: Budget, display: StatusSink,
+                 queued_only: bool = False) -> Awaitable[SearchLog]: ...  # fmt: skip
+
+
+async def search_with_simulator(run: ScreenedRun, budget: Budget, display: StatusSink,
+                                search: SearchFn) -> SearchLog | None:  # fmt: skip
+    """--fidelity sim (docs/tuner.md, tuner/search/fidelity.py): the default for real, a
+    simulator fitted on what the target served, then rounds of screening in virtual time and
+    verifying the best config for real. None when there is no simulator for this target."""
+    s = run.settings
+    if not screens_with_simulator(s.fidelity, run.mode, s.storage):
+        return None
+    profile = Profile.load(Path(s.profile)) if s.profile else None
+    simulator = fidelity.Simulator.for_target(run.target, profile)
+    if simulator is None:
+        display.line("no simulator for this target (pass --profile FILE): measuring for real")
+        return None
+    if not has_role(run.study, Role.DEFAULT):
+        enqueue_default(run.study, run.space)
+    simulator.recording(True)
+    log = await search(run, budget, display, queued_only=True)
+    if has_role(run.study, Role.SCREENED):
+        # Resumed after screening: the engine steps the simulator was fitted on died with the
+        # killed process, so the queued configs are verified and the rest is searched for real.
+        simulator.recording(False)
+        return await search(run, budget, display)
+    view = RunView.read(run.files, run.study)
+    default = view.with_role(Role.DEFAULT)
+    if simulator.steps is not None and default is not None and default.capacity_rps:
+        display.set_phase("one level on a small budget: chunked steps for the simulator")
+        await fidelity.calibration_level(run.meter, run.space, default.capacity_rps)
+    if not await simulator.fit(run.meter, fidelity.real_levels(view)):
+        display.line("too few engine steps to fit a simulator: searching for real")
+        return await search(run, budget, display)
+    for _ in range(s.verify_top):
+        if not await _verify_next(run, simulator, budget, display):
+            break
+        log = await search(run, budget, display, queued_only=True)
+        await simulator.fit(run.meter, fidelity.real_levels(RunView.read(run.files, run.study)))
+    simulator.recording(False)
+    return await _check_simulator(run, simulator, budget, display, log, search)
+
+
+def screens_with_simulator(fidelity_name: str, mode: Mode, storage: str | None) -> bool:
+    """--fidelity sim screens a capacity search run by one worker on its own folder (workers
+    sharing a --storage study search for real: each would screen and queue on its own)."""
+    return fidelity_name == "sim" and mode is Mode.CAPACITY and storage is None
+
+
+async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: Budget,
+                      display: StatusSink) -> bool:  # fmt: skip
+    """Screen (again) and queue the best config not measured yet, if the budget allows."""
+    view = RunView.read(run.files, run.study)
+    best = max((t.capacity_rps or 0.0 for t in view.finished), default=0.0)
+    start = best or attrs.start_rate(run.study) or 1.0
+    display.set_phase("screening the space in virtual time")
+    ranked = await simulator.rescreen(run.space, start)
+    top = ranked[0].capacity_rps
+    display.line(f"screened {simulator.screened} configs in {simulator.screen_s:.0f} s "
+                 f"({simulator.source}); best simulated {top:.2f} req/s")  # fmt: skip
+    if not budget.fits(3 * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
+        return False
+    return simulator.queue_next(run.study, run.space, [t.knobs for t in view.trials])
+
+
+async def _check_simulator(run: ScreenedRun, simulator: fidelity.Simulator, budget: Budget,
+                           display: StatusSink, log: SearchLog, search: SearchFn
+                           ) -> SearchLog:  # fmt: skip
+    """Simulated against measured; when the simulator missed, search on the target for the
+    rest of the budget."""
+    summary = fidelity.summary(simulator, RunView.read(run.files, run.study).trials)
+    attrs.set_sim_summary(run.study, summary)
+    if not summary["fell_back"]:
+        return log
+    miss, bound = summary["max_error"], summary["error_bound"]
+    display.line(f"the simulator missed a verified capacity by {miss:.0%} (bound {bound:.0%}): "
+                 "searching on the target itself")  # fmt: skip
+    return await search(run, budget, display)
