@@ -99,7 +99,9 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
                         conf = await confirm(run, budget, display, log)
                         claim.done(run_info(run), confirmation_json(conf))
             except ServerLost as lost:  # report what was measured, then say what happened
+                save_server_starts(run)
                 raise report_lost_server(files, run.study, lost) from None
+            save_server_starts(run)
             display.set_phase("writing the report")
             return publish(files, run.study, latest_report(jobs))
     finally:
@@ -255,6 +257,14 @@ async def check_same_traffic(
     if not budget.fits(run.meter.expected_level_s(chosen.verdict.rate_rps)):
         return None
     return await default_at_rate(run.meter, run.files, default.knobs, chosen, run.settings.seed)
+
+
+def save_server_starts(run: TuneRun) -> None:
+    """What starting servers cost (vLLM's 45-75 s each on a CPU), kept in the study for the
+    report; targets that start none have no `start_log`."""
+    start_log = getattr(run.target, "start_log", None)
+    if start_log is not None:
+        attrs.record_server_starts(run.study, run.workers.worker, start_log())
 
 
 def run_info(run: TuneRun) -> dict[str, Any]:

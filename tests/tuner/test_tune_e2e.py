@@ -203,3 +203,24 @@ def test_two_workers_share_one_journal_study(tmp_path):
     # One worker confirmed; both wrote the same report.
     reports = [json.loads((tmp_path / name / "recommendation.json").read_text()) for name in "ab"]
     assert reports[0]["best"] and reports[0] == reports[1]
+
+
+def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path, capsys):
+    """--fidelity sim (the default) on the real engine: many configs screened in virtual time,
+    a few verified for real, and the report's best is one of the measured trials."""
+    run_dir = tmp_path / "run"
+    code = main(["--slo", "tpot_p99=30ms", "--trials", "6", "--repeats", "0", "--time-budget",
+                 "5m", "--run-dir", str(run_dir), "--json", *FAST])  # fmt: skip
+    assert code == 0
+    rec = json.loads(capsys.readouterr().out)
+    sim = rec["sim"]
+    roles = [(t["role"], t["state"]) for t in rec["trials"]]
+    assert sim["configs_screened"] >= 20 and sim["configs_verified"] >= 1, (roles, sim)
+    assert sim["max_error"] >= 0 and sim["error_bound"] > 0
+    for verified in sim["verified"]:
+        assert verified["simulated_rps"] > 0 and verified["capacity_err"] >= 0
+    assert rec["engine"]["name"] == "engine_lite" and rec["vllm_starts"] is None
+    assert rec["elapsed_s"] > 0
+    if rec["best"] is not None:
+        measured = {t["trial"] for t in rec["trials"] if t["state"] == "complete"}
+        assert rec["best"]["trial"] in measured

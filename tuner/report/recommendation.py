@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from tuner.report.summary import flag_notes, sglang_flags, summary_line, vllm_flags
 from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario
+from tuner.store import attrs
 from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
 from tuner.store.records import Candidate, Confirmation, Mode, Role, TrialRecord
 from tuner.store.runfiles import RunView
@@ -59,6 +60,10 @@ def build_recommendation(
                       key=lambda c: -(c["confirmed_rps"] or 0)),
         "trials": [_trial_row(t) for t in view.trials if t.state is not TrialState.WAITING],
         "search": _search(view, conf),
+        "elapsed_s": conf.elapsed_s,
+        "engine": _engine(info),
+        "vllm_starts": _vllm_starts(view, info),
+        "sim": _sim(view),
         "workers": workers or [],
         # Where the confirming worker kept its records (so any worker reports the same).
         "run_dir": info.get("path") or str(view.files.root),
@@ -151,6 +156,37 @@ def _trial_row(t: TrialRecord) -> dict[str, Any]:
         "levels": len(t.levels), "measurement_s": t.measurement_s, "worker": t.worker,
         "retry_of": t.retry_of, "same_as": t.same_as,
     }  # fmt: skip
+
+
+def _engine(info: dict[str, Any]) -> dict[str, Any]:
+    """What served the measurements: the target's kind and its own description."""
+    target = info.get("target", {})
+    kind = target.get("kind")
+    name = {"builtin": "engine_lite", "vllm": "vllm"}.get(kind, kind)
+    return {"name": name, "kind": kind, "described": target.get("description")}
+
+
+def _vllm_starts(view: RunView, info: dict[str, Any]) -> dict[str, Any] | None:
+    """How many vLLM servers the run started and how long they took (None off vLLM)."""
+    if info.get("target", {}).get("kind") != "vllm":
+        return None
+    starts = attrs.server_starts(view.study)
+    seconds = [s["seconds"] for s in starts]
+    return {"count": len(starts), "total_s": round(sum(seconds), 1),
+            "mean_s": round(sum(seconds) / len(seconds), 1) if seconds else None,
+            "each": starts}  # fmt: skip
+
+
+def _sim(view: RunView) -> dict[str, Any] | None:
+    """--fidelity sim: configs screened and verified, and the largest sim-vs-real error."""
+    summary = attrs.sim_summary(view.study)
+    if summary is None:
+        return None
+    return {"configs_screened": summary["configs_screened"],
+            "configs_verified": summary["configs_verified"],
+            "max_error": summary["max_error"], "error_bound": summary["error_bound"],
+            "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
+            "model_source": summary["model_source"], "verified": summary["verified"]}  # fmt: skip
 
 
 def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:

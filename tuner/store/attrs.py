@@ -31,6 +31,7 @@ CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - 
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
 PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
+STARTS_PREFIX = "starts "  # study: "starts host:pid" -> the servers that worker started
 SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
 RUN_INFO = "run_info"  # study: run.json of the worker that created it (a report before any
 # confirmation reads it)
@@ -177,6 +178,19 @@ def start_rate(study: optuna.Study) -> float | None:
 
 def set_start_rate(study: optuna.Study, rate_rps: float) -> None:
     study.set_user_attr(START_RATE, rate_rps)
+
+
+def record_server_starts(study: optuna.Study, worker: str, starts: list[dict[str, Any]]) -> None:
+    """The servers this worker started (config and seconds to /health), under its own key, so
+    a resumed run's earlier starts are kept beside its own."""
+    if starts:
+        study.set_user_attr(f"{STARTS_PREFIX}{worker}", starts)
+
+
+def server_starts(study: optuna.Study) -> list[dict[str, Any]]:
+    """Every server start any worker of the study recorded."""
+    return [start for key, value in sorted(study.user_attrs.items())
+            if key.startswith(STARTS_PREFIX) for start in value]  # fmt: skip
 
 
 def sim_summary(study: optuna.Study) -> dict[str, Any] | None:

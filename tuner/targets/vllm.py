@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadgen import RequestRecord
 from tuner.errors import TuneError
@@ -27,7 +28,7 @@ from tuner.report.summary import vllm_flags
 from tuner.targets.base import ServerLost, TargetFacts, TargetKind
 from tuner.targets.builtin import engine_defaults, local_device
 from tuner.targets.http import HttpLevels
-from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
+from tuner.targets.knobs import KNOBS, Knobs, KnobSpace, knobs_to_json
 from tuner.targets.launch import LaunchedServer
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
@@ -74,6 +75,20 @@ def accepted_flags(command: list[str], timeout_s: float = 300.0) -> frozenset[st
     return flags
 
 
+def vllm_version(command: list[str]) -> str:
+    """The installed vLLM's version, asked of the interpreter the command runs ("unknown" for
+    a command that is not `PYTHON -m ...`, a container say)."""
+    if len(command) < 3 or command[-2] != "-m":
+        return "unknown"
+    probe = [*command[:-2], "-c", "import vllm; print(vllm.__version__)"]
+    try:
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class VllmOptions:
     model_dir: str
@@ -100,7 +115,8 @@ class VllmTarget(HttpLevels):
         self.max_model_len = options.max_model_len or int(config["max_position_embeddings"])
         device = local_device()
         block = CPU_BLOCK_SIZE if device.kind == "cpu" else GPU_BLOCK_SIZE
-        self.facts = TargetFacts(TargetKind.VLLM, f"vLLM {' '.join(self.command[-2:])}",
+        version = vllm_version(self.command)
+        self.facts = TargetFacts(TargetKind.VLLM, f"vLLM {version} ({shlex.join(self.command)})",
                                  str(folder), device.name or device.kind, self.max_model_len,
                                  int(config["vocab_size"]), block,
                                  require_schedule=True)  # fmt: skip
@@ -134,6 +150,10 @@ class VllmTarget(HttpLevels):
         started = time.monotonic()
         await self._server.start()
         self.starts.append((config, time.monotonic() - started))
+
+    def start_log(self) -> list[dict[str, Any]]:
+        """Each vLLM start of this run: its config and seconds from launch to /health."""
+        return [{"config": knobs_to_json(k), "seconds": round(s, 1)} for k, s in self.starts]
 
     async def gone(self, records: Sequence[RequestRecord]) -> str | None:
         if self._server is not None and (exited := self._server.exit_reason()) is not None:
