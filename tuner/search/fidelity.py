@@ -119,11 +119,13 @@ class Simulator:
 
     def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
         """Queue the best screened config not measured yet; False when none is left."""
+        done = {key(space.normalise(k)) for k in measured}
         for s in self.ranked:
-            if s.knobs not in measured and s.capacity_rps > 0:
-                self.predicted[key(s.knobs)] = s.capacity_rps
+            knobs = space.normalise(s.knobs)  # as the study will hold it
+            if key(knobs) not in done and s.capacity_rps > 0:
+                self.predicted[key(knobs)] = s.capacity_rps
                 role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps)
-                study.enqueue_trial(space.to_params(s.knobs), user_attrs=role_attrs)
+                study.enqueue_trial(space.to_params(knobs), user_attrs=role_attrs)
                 return True
         return False
 
@@ -153,7 +155,8 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
     """Simulated against measured capacity for every verified config."""
     verified = []
     for t in trials:
-        predicted = simulator.predicted.get(key(t.knobs))
+        # As the trial was queued with it: a later refit and rescreen do not rewrite history.
+        predicted = t.predicted_rps or simulator.predicted.get(key(t.knobs))
         if predicted is None or not t.finished:
             continue
         measured = t.capacity_rps or 0.0

@@ -152,6 +152,7 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         capacity_rps=attrs.get(CAPACITY), upper_bound_rps=attrs.get(UPPER),
         ending=TrialEnding(ending) if ending else None, constraints=constraints_of(trial),
         worker=worker_of(trial), retry_of=retry_of(trial), same_as=attrs.get(SAME_AS),
+        predicted_rps=predicted_of(trial),
     )  # fmt: skip
 
 

@@ -76,6 +76,7 @@ class TrialRecord:
     worker: str = ""  # "host:pid" of the process that measured it
     retry_of: int | None = None  # the trial whose worker died and which this one measures again
     same_as: int | None = None  # a duplicate: the trial that measured (or measures) this config
+    predicted_rps: float | None = None  # --fidelity sim: the capacity screening gave it
 
     @property
     def finished(self) -> bool:

@@ -146,7 +146,7 @@ class VllmTarget(HttpLevels):
         log = log_dir / f"vllm-{len(self.starts) + 1:03d}.log" if log_dir else None
         self._server = LaunchedServer(self.argv(config), self.url,
                                       health_timeout_s=self.options.health_timeout_s,
-                                      log_path=log, env=_server_env())  # fmt: skip
+                                      log_path=log, env=server_env())  # fmt: skip
         started = time.monotonic()
         await self._server.start()
         self.starts.append((config, time.monotonic() - started))
@@ -193,7 +193,7 @@ def _check_folder(model_dir: str) -> Path:
     return folder
 
 
-def _server_env() -> dict[str, str]:
+def server_env() -> dict[str, str]:
     env = dict(os.environ)
     # engine_lite sets OMP_WAIT_POLICY for itself; vLLM gets what the user had.
     caller = env.pop("ENGINE_LITE_CALLER_OMP_WAIT_POLICY", "unset")
