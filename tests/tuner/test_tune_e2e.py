@@ -99,6 +99,7 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     budget = rec["best"]["config"]["max_num_batched_tokens"]
     assert f"--max-num-batched-tokens {budget}" in rec["flags"]["vllm"]
     assert "--chunked-prefill-size" in rec["flags"]["sglang"]
+    assert rec["flags"]["sglang_tested"] is False  # a translation, marked as such
     # Every trial is listed, the one the kill cut off too (failed, and measured again).
     assert [t["state"] for t in rec["trials"]].count("fail") == 1
     assert len([t for t in rec["trials"] if t["state"] != "fail"]) == 4

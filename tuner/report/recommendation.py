@@ -131,7 +131,10 @@ def _ratio(best: dict[str, Any] | None, other: dict[str, Any] | None) -> float |
 
 
 def _flags(knobs: dict[str, Any]) -> dict[str, Any]:
-    return {"vllm": vllm_flags(knobs), "sglang": sglang_flags(knobs), "notes": flag_notes(knobs)}
+    # vLLM's flags are the ones the measured server ran with (or engine_lite's exact copy of
+    # its scheduler); SGLang's are a translation no test has run.
+    return {"vllm": vllm_flags(knobs), "sglang": sglang_flags(knobs), "sglang_tested": False,
+            "notes": flag_notes(knobs)}  # fmt: skip
 
 
 def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:

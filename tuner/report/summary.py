@@ -115,7 +115,8 @@ def print_summary(rec: dict[str, Any]) -> None:
     console.print(f"\n[bold]{rec['summary']}[/bold]")
     if rec.get("flags"):
         console.print(f"  vLLM:   {rec['flags']['vllm']}", soft_wrap=True)
-        console.print(f"  SGLang: {rec['flags']['sglang']}", soft_wrap=True)
+        console.print(f"  SGLang: {rec['flags']['sglang']}  (translated; not tested on SGLang)",
+                      soft_wrap=True)  # fmt: skip
         for note in rec["flags"]["notes"]:
             console.print(f"  note: {note}", soft_wrap=True)
     if rec.get("best"):
