@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "one on the target at the start)")
     s.add_argument("--verify-top", type=int, default=2, help="screened configs measured on "
                    "the target besides the default (default 2)")
+    s.add_argument("--robust", action="store_true", help="recommend the confirmed config whose "
+                   "worst simulated capacity across the traffic band (long-prompt fraction "
+                   "x0.5-1.5, burstiness 0.5-2) is best, not the fastest on the workload itself")
     s.add_argument("--startup-trials", type=int, default=5, help="trials before the sampler "
                    "models the space (the queued references and budget sweep count; default 5)")
     s.add_argument("--no-budget-sweep", dest="budget_sweep", action="store_false",

@@ -20,7 +20,13 @@ from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish, report_lost_server
 from tuner.search.claim import claim_confirmation, latest_report, open_jobs
-from tuner.search.confirm import Confirmer, choose, default_at_rate, worth_checking
+from tuner.search.confirm import (
+    Confirmer,
+    choose,
+    choose_robust,
+    default_at_rate,
+    worth_checking,
+)
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
 from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
@@ -121,7 +127,8 @@ async def confirm(
     view = RunView.read(run.files, run.study)  # the trials as the search left them
     display.set_phase("confirming the top configs")
     candidates = await confirm_top(run, view, budget)
-    chosen = choose(candidates)
+    band = attrs.robustness(run.study)
+    chosen = choose_robust(candidates, band) if run.settings.robust else choose(candidates)
     display.set_phase("measuring the default at the recommended rate")
     same_rate = await check_same_traffic(run, view, chosen, budget)
     conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,

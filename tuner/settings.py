@@ -69,6 +69,7 @@ class TuneSettings:
     fidelity: str = "sim"
     profile: str | None = None  # a `tune profile` file instead of fitting at the start
     verify_top: int = 2  # screened configs measured on the target besides the default
+    robust: bool = False  # choose the confirmed config with the best worst case in the band
     seed: int = 0
     n_startup_trials: int = 5
     budget_sweep: bool = True  # queue the coarse budget sweep before the sampler

@@ -211,7 +211,7 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     a few verified for real, and the report's best is one of the measured trials."""
     run_dir = tmp_path / "run"
     code = main(["--slo", "tpot_p99=30ms", "--trials", "6", "--repeats", "0", "--time-budget",
-                 "5m", "--run-dir", str(run_dir), "--json", *FAST])  # fmt: skip
+                 "5m", "--robust", "--run-dir", str(run_dir), "--json", *FAST])  # fmt: skip
     assert code == 0
     rec = json.loads(capsys.readouterr().out)
     sim = rec["sim"]
@@ -225,3 +225,16 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     if rec["best"] is not None:
         measured = {t["trial"] for t in rec["trials"] if t["state"] == "complete"}
         assert rec["best"]["trial"] in measured
+    # The top configs and the default across the traffic band: 3 long-prompt fractions x 3
+    # burstiness shapes, each cell a capacity; --robust chose by the worst cell.
+    band = rec["robustness"]
+    assert band["chosen_by"].startswith("best worst case") and band["configs"]
+    for config in band["configs"]:
+        cells = config["cells"]
+        assert len(cells) == 9 and config["worst_rps"] == min(c["capacity_rps"] for c in cells)
+        fractions = sorted({round(c["long_fraction"], 6) for c in cells})
+        assert len(fractions) == 3 and fractions[0] < band["long_fraction"] < fractions[-1]
+    worst = {c["trial"]: c["worst_rps"] for c in band["configs"]}
+    clearing = [c["trial"] for c in rec["top"] if c["clears"] and c["trial"] in worst]
+    if rec["best"] is not None and clearing:
+        assert worst[rec["best"]["trial"]] == max(worst[t] for t in clearing)

@@ -64,6 +64,7 @@ def build_recommendation(
         "engine": _engine(info),
         "vllm_starts": _vllm_starts(view, info),
         "sim": _sim(view),
+        "robustness": _robustness(view),
         "workers": workers or [],
         # Where the confirming worker kept its records (so any worker reports the same).
         "run_dir": info.get("path") or str(view.files.root),
@@ -190,6 +191,15 @@ def _sim(view: RunView) -> dict[str, Any] | None:
             "max_error": summary["max_error"], "error_bound": summary["error_bound"],
             "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
             "model_source": summary["model_source"], "verified": summary["verified"]}  # fmt: skip
+
+
+def _robustness(view: RunView) -> dict[str, Any] | None:
+    """The top configs' simulated capacity across the traffic band, and what --robust chose by."""
+    band = attrs.robustness(view.study)
+    if band is None:
+        return None
+    robust = bool(view.settings.get("robust"))
+    return {**band, "chosen_by": "best worst case (--robust)" if robust else "capacity"}
 
 
 def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:

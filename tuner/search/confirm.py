@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from slo import SLO
 from tuner.measure.bootstrap import goodput_interval
@@ -120,6 +121,16 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
     if clearing:
         return max(clearing, key=lambda c: (c.confirmed_rps, c.search_value))
     return max(candidates, key=lambda c: c.search_value, default=None)
+
+
+def choose_robust(candidates: list[Candidate], band: dict[str, Any] | None) -> Candidate | None:
+    """--robust: of the configs whose interval clears, the one whose worst simulated capacity
+    across the traffic band is best (`choose` when there is no band to go by)."""
+    worst = {c["trial"]: c["worst_rps"] for c in (band or {}).get("configs", [])}
+    clearing = [c for c in candidates if c.clears and c.trial in worst]
+    if not clearing:
+        return choose(candidates)
+    return max(clearing, key=lambda c: (worst[c.trial], c.confirmed_rps))
 
 
 def worth_checking(

@@ -17,7 +17,8 @@ from tuner.search import fidelity
 from tuner.search.loop import Budget, SearchLog
 from tuner.search.space import SearchSpace
 from tuner.search.starting import enqueue_default
-from tuner.search.study import has_role
+from tuner.search.study import has_role, top_trials
+from tuner.sim import robust
 from tuner.sim.profile import Profile
 from tuner.store import attrs
 from tuner.store.records import Mode, Role
@@ -80,7 +81,9 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         log = await search(run, budget, display, queued_only=True)
         await simulator.fit(run.meter, fidelity.real_levels(RunView.read(run.files, run.study)))
     simulator.recording(False)
-    return await _check_simulator(run, simulator, budget, display, log, search)
+    log = await _check_simulator(run, simulator, budget, display, log, search)
+    await _robustness(run, simulator, display)
+    return log
 
 
 def screens_with_simulator(fidelity_name: str, mode: Mode, storage: str | None) -> bool:
@@ -118,3 +121,30 @@ async def _check_simulator(run: ScreenedRun, simulator: fidelity.Simulator, budg
     display.line(f"the simulator missed a verified capacity by {miss:.0%} (bound {bound:.0%}): "
                  "searching on the target itself")  # fmt: skip
     return await search(run, budget, display)
+
+
+async def _robustness(run: ScreenedRun, simulator: fidelity.Simulator,
+                      display: StatusSink) -> None:  # fmt: skip
+    """The top measured configs and the default across the traffic band, in virtual time."""
+    if simulator.sim is None or simulator.meter is None:
+        return
+    view = RunView.read(run.files, run.study)
+    top = [view.trial(t.number) for t in top_trials(run.study, run.settings.top_k, run.mode)]
+    default = view.with_role(Role.DEFAULT)
+    numbers = {t.number for t in top}
+    chosen = top + ([default] if default is not None and default.number not in numbers else [])
+    if not chosen:
+        return
+    display.set_phase("the top configs across the traffic band, in virtual time")
+    configs = []
+    for trial in chosen:
+        start = trial.capacity_rps or attrs.start_rate(run.study) or 1.0
+        cells = await robust.band(simulator.sim, simulator.meter, trial.knobs, start)
+        configs.append(robust.band_json(trial.number, trial.knobs, cells))
+    summary = attrs.sim_summary(run.study) or {}
+    attrs.set_robustness(run.study, {
+        "long_factors": list(robust.LONG_FACTORS), "burstiness": list(robust.BURSTINESS),
+        "long_fraction": robust.long_fraction(list(run.meter.requests)),
+        "basis": f"simulated ({simulator.source})",
+        "trusted": not summary.get("fell_back", False), "configs": configs,
+    })  # fmt: skip

@@ -31,6 +31,7 @@ CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - 
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
 PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
+ROBUST = "robustness"  # study: the top configs' simulated capacity across the traffic band
 STARTS_PREFIX = "starts "  # study: "starts host:pid" -> the servers that worker started
 SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
 RUN_INFO = "run_info"  # study: run.json of the worker that created it (a report before any
@@ -192,6 +193,14 @@ def server_starts(study: optuna.Study) -> list[dict[str, Any]]:
     """Every server start any worker of the study recorded."""
     return [start for key, value in sorted(study.user_attrs.items())
             if key.startswith(STARTS_PREFIX) for start in value]  # fmt: skip
+
+
+def robustness(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(ROBUST)
+
+
+def set_robustness(study: optuna.Study, band: dict[str, Any]) -> None:
+    study.set_user_attr(ROBUST, band)
 
 
 def sim_summary(study: optuna.Study) -> dict[str, Any] | None:
