@@ -48,6 +48,9 @@ def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
         lines += ["## Same traffic", "", str(same_rate_sentence(same)), "", _md_table(*rows), ""]
     if rec.get("top"):
         lines += ["## Top configs, re-measured", "", _md_table(*top_table(rec)), ""]
+    if band := band_table(rec):
+        lines += ["## Across the traffic band (simulated)", "", band_note(rec), "",
+                  _md_table(*band), ""]  # fmt: skip
     for name in figures:
         lines += [f"## {FIGURE_TITLES[name]}", "", f"![{name}](plots/{name}.png)", ""]
     lines += ["## Setup", "", _md_table(*setup_table(rec)), ""]
@@ -92,6 +95,37 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
                      f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
     return header, rows
+
+
+def band_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """Each banded config's capacity per cell (rows: configs; columns: long x burstiness)."""
+    band = rec.get("robustness")
+    if not band or not band.get("configs"):
+        return None
+    cells = band["configs"][0]["cells"]
+    head = ["trial", "worst req/s"] + [
+        f"long x{c['long_factor']:g}, burst {c['burstiness']:g}" for c in cells
+    ]
+    rows = [[str(c["trial"] + 1), f"{c['worst_rps']:.2f}",
+             *(f"{x['capacity_rps']:.2f}" for x in c["cells"])]
+            for c in band["configs"]]  # fmt: skip
+    return head, rows
+
+
+def band_note(rec: dict[str, Any]) -> str:
+    band = rec["robustness"]
+    trust = (
+        ""
+        if band["trusted"]
+        else (
+            " The simulator missed a verified capacity by more than its bound in this run: read "
+            "these as indicative."
+        )
+    )
+    return (f"Capacity in virtual time with the workload's long-prompt fraction "
+            f"({band['long_fraction']:.0%}) scaled x0.5-1.5 and gamma arrivals of shape 0.5 "
+            f"(bursty) to 2 (smooth); {band['basis']}. Recommended by "
+            f"{band['chosen_by']}.{trust}")  # fmt: skip
 
 
 def _term_ms(t: dict[str, Any]) -> str:
@@ -231,6 +265,9 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
                   "is confirmed at the highest rate whose runs hold with every term's whole "
                   "interval, below any rate that does not.</p>"]  # fmt: skip
+    if band := band_table(rec):
+        parts += ["<h2>Across the traffic band (simulated)</h2>", f"<p>{e(band_note(rec))}</p>",
+                  _html_table(*band)]  # fmt: skip
     for name, png in figures.items():
         data = base64.b64encode(png).decode("ascii")
         parts += [f"<h2>{FIGURE_TITLES[name]}</h2>",
