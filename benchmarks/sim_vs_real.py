@@ -1,0 +1,172 @@
+"""How close does the simulator come to the engine it models, on what its fit never saw?
+
+The simulator is fitted exactly as `tune --fidelity sim` fits it: on the engine steps of the
+default config's capacity search and one level on a small budget, on the `mixed` workload.
+Then, on held-out configs and on workloads it was not fitted on, it is compared with the real
+engine: capacity under the SLO (a full rate search on each), and TPOT p99 and TTFT p99 at 50%
+and 80% of the real capacity (one level each, the same request list and arrivals).
+
+    .venv/bin/python benchmarks/sim_vs_real.py [--workloads mixed chat] [--json] [--quick]
+
+`--json` prints relative errors as fractions keyed by target, workload and figure
+(`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
+every measurement under `detail`. Only the built-in engine has a simulator without a profile
+file; vLLM needs `tune profile` for it, which this script does not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadgen import build_workload
+from slo import compute_metrics, parse_slo
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.search import fidelity
+from tuner.search.space import SpaceFacts, build_space
+from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
+from tuner.sim.calibrate import RealLevel
+from tuner.store.records import Mode, rules_for
+from tuner.targets.factory import TargetOptions, open_target
+
+SLO = "tpot_p99=30ms"
+# Held out: neither the default (2048, fitted on) nor the small calibration budget.
+HELD_OUT = [
+    {"max_num_batched_tokens": 512, "long_prefill_token_threshold": 128},
+    {"max_num_batched_tokens": 1024},
+    {"max_num_batched_tokens": 4096, "long_prefill_token_threshold": 512,
+     "long_prefill_token_threshold_adaptive": True},
+]  # fmt: skip
+LOADS = (0.5, 0.8)
+
+
+def rel_err(sim: float | None, real: float | None) -> float | None:
+    if sim is None or not real:
+        return None
+    return abs(sim - real) / real
+
+
+async def fitted(target: Any, meter: Meter, space: Any) -> fidelity.Simulator:
+    """The simulator as `tune` fits it: the default's capacity search, one small-budget level."""
+    simulator = fidelity.Simulator.for_target(target, None)
+    assert simulator is not None, "the built-in engine always reports its steps"
+    simulator.recording(True)
+    await target.apply(space.default_config())
+    search = RateSearchSettings(start_rps=2.0, growth=1.6, rel_tol=0.1, min_rps=0.1)
+    default = await meter.capacity(search)
+    levels = [RealLevel(space.default_config(), r.level.rate_rps, r.records)
+              for r in default.levels]  # fmt: skip
+    await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
+    assert await simulator.fit(meter, levels), "too few steps to fit"
+    simulator.recording(False)  # nothing measured from here on reaches the fit
+    return simulator
+
+
+async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dict,
+                  workload: str) -> dict[str, Any]:  # fmt: skip
+    """One config on one workload: capacity, then the two latency figures at each load."""
+    search = RateSearchSettings(start_rps=2.0, growth=1.6, rel_tol=0.1, min_rps=0.1)
+    await target.apply(knobs)
+    real = await meter.capacity(search)
+    await sim.sim.apply(knobs)
+    simulated = await sim.meter.capacity(search)
+    out: dict[str, Any] = {
+        "workload": workload,
+        "config": knobs,
+        "real_capacity_rps": real.capacity_rps,
+        "sim_capacity_rps": simulated.capacity_rps,
+        "capacity_err": rel_err(simulated.capacity_rps, real.capacity_rps),
+    }
+    for load in LOADS:
+        rate = load * (real.capacity_rps or 0.0)
+        if rate <= 0:
+            continue
+        got = compute_metrics((await meter.level(rate)).records)
+        want = compute_metrics((await sim.meter.level(rate)).records)
+        key = f"{load:.0%}"
+        out[key] = {"rate_rps": rate,
+                    "tpot_p99_ms": [1000 * want.p99_tpot_s, 1000 * got.p99_tpot_s],
+                    "ttft_p99_ms": [1000 * want.p99_ttft_s, 1000 * got.p99_ttft_s],
+                    "tpot_p99_err": rel_err(want.p99_tpot_s, got.p99_tpot_s),
+                    "ttft_p99_err": rel_err(want.p99_ttft_s, got.p99_ttft_s)}  # fmt: skip
+    return out
+
+
+def worst(rows: list[dict[str, Any]], figure: str) -> float | None:
+    values = [r[figure] for r in rows if r.get(figure) is not None]
+    values += [r[k][figure] for r in rows for k in ("50%", "80%")
+               if k in r and r[k].get(figure) is not None]  # fmt: skip
+    return max(values) if values else None
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    settings = TuneSettings(slo=SLO)
+    target = open_target(TargetOptions(model="tiny"))
+    facts = target.facts
+    n = args.num_requests or settings.resolved_num_requests(facts.device)
+    level = LevelSettings(duration_s=args.level_s, min_requests=MIN_REQUESTS_PER_LEVEL)
+    rules = rules_for(Mode.CAPACITY, facts.require_schedule)
+
+    def meter_for(name: str) -> Meter:
+        wl = build_workload(name, num_requests=n, seed=0, max_model_len=facts.max_model_len,
+                            vocab_size=facts.vocab_size)  # fmt: skip
+        return Meter(target, wl.requests, parse_slo(SLO), level, rules)
+
+    base = meter_for("mixed")
+    longest = max(r.prompt_len for r in base.requests)
+    space = build_space(target.knobs, SpaceFacts(facts.block_size, facts.max_model_len, longest))
+    try:
+        sim = await fitted(target, base, space)
+        configs = HELD_OUT[:1] if args.quick else HELD_OUT
+        result: dict[str, Any] = {
+            "builtin": {},
+            "detail": [],
+            "fit": sim.source,
+            "vllm": None,
+            "vllm_why": "no vLLM profile driver here yet",
+        }
+        for name in args.workloads:
+            meter = meter_for(name)
+            sim.meter = dataclasses.replace(sim.meter, requests=meter.requests)
+            rows = []
+            for knobs in configs:
+                row = await compare(target, sim, meter, space.normalise(
+                    {**space.default_config(), **knobs}), name)  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row, default=str), file=sys.stderr)
+            result["detail"] += rows
+            result["builtin"][name] = {
+                f: worst(rows, f) for f in ("capacity_err", "tpot_p99_err", "ttft_p99_err")
+            }
+        return result
+    finally:
+        await target.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", nargs="+", default=["mixed", "chat"])
+    p.add_argument("--num-requests", type=int, default=None)
+    p.add_argument("--level-s", type=float, default=TuneSettings(slo=SLO).level_s)
+    p.add_argument("--quick", action="store_true", help="one held-out config (a smoke run)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    result = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    for wl, errs in result["builtin"].items():
+        print(f"builtin / {wl}: " + ", ".join(f"{k} {v:.1%}" if v is not None else f"{k} -"
+                                            for k, v in errs.items()))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
