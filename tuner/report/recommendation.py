@@ -10,7 +10,14 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tuner.report.summary import flag_notes, sglang_flags, summary_line, vllm_flags
+from tuner.report.summary import (
+    WITHIN_NOISE,
+    flag_notes,
+    headline,
+    sglang_flags,
+    summary_line,
+    vllm_flags,
+)
 from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario
 from tuner.store import attrs
 from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
@@ -69,6 +76,10 @@ def build_recommendation(
         # Where the confirming worker kept its records (so any worker reports the same).
         "run_dir": info.get("path") or str(view.files.root),
     }  # fmt: skip
+    rec["headline"] = headline(rec)
+    if rec["headline"]["basis"] == WITHIN_NOISE and default is not None:
+        # The default is the recommendation: its flags are the ones to keep (none changed).
+        rec["flags"] = _flags(default["config"])
     rec["summary"] = summary_line(rec)
     return clean_json(rec)
 

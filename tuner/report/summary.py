@@ -33,12 +33,20 @@ def summary_line(rec: dict[str, Any]) -> str:
         )
     best = rec["best"]
     unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
-    text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
     ratio, default = rec.get("ratio_vs_default"), rec.get("default")
+    basis = (rec.get("headline") or {}).get("basis")
+    if basis == WITHIN_NOISE:
+        rate = rec["default_at_recommended_rate"]["rate_rps"]
+        return (f"keep the vLLM default: at {rate:.2f} req/s, where {short_config(best['config'])}"
+                f" was confirmed, the default also meets {slo}, so the {ratio:.2f}x measured "
+                "between their capacities is within noise")  # fmt: skip
+    text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
     if ratio is not None:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
         if default.get("lower_bound"):
             text += " (a lower bound: its measurement was cut short)"
+        if basis == UNCHECKED:
+            text += " (not checked at the same traffic)"
     elif default is not None:
         text += f"; the vLLM default meets {slo} at no measured rate"
     same = rec.get("default_at_recommended_rate")
@@ -52,6 +60,26 @@ def summary_line(rec: dict[str, Any]) -> str:
             what += f", {interval}"
         text += f"; at that rate the default misses the SLO ({what})"
     return text
+
+
+# How far the headline's ratio over the default can be trusted (rec["headline"]["basis"]).
+SAME_TRAFFIC = "same_traffic"  # the default, measured at the recommended rate, missed the SLO
+WITHIN_NOISE = "within_noise"  # ... and met it: the capacities differ by less than the noise
+UNCHECKED = "unchecked"  # no same-traffic measurement (--repeats 0, or the best is the default)
+
+
+def headline(rec: dict[str, Any]) -> dict[str, Any]:
+    """Claim a ratio over the default only when the same traffic shows it: the default missing
+    the SLO at the rate the recommendation was confirmed at. When the default holds there too,
+    the difference is within noise and the default (the smaller change) is recommended."""
+    ratio, same = rec.get("ratio_vs_default"), rec.get("default_at_recommended_rate")
+    if ratio is None or not rec.get("feasible"):
+        return {"basis": None, "claimed_ratio": None}
+    if not same:
+        return {"basis": UNCHECKED, "claimed_ratio": None}
+    if same["default"]["meets_slo"]:
+        return {"basis": WITHIN_NOISE, "claimed_ratio": None, "recommend": "default"}
+    return {"basis": SAME_TRAFFIC, "claimed_ratio": ratio}
 
 
 def missed_terms(config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,43 @@
+"""The headline claims a ratio over the default only when the same traffic shows it."""
+
+from tuner.report.summary import SAME_TRAFFIC, UNCHECKED, WITHIN_NOISE, headline, summary_line
+
+TERM = {"metric": "tpot_p99", "value_ms": 25.0, "limit_ms": 30.0, "low_ms": 20.0,
+        "high_ms": 28.0}  # fmt: skip
+
+
+def rec(default_meets: bool | None) -> dict:
+    same = None
+    if default_meets is not None:
+        term = dict(TERM, value_ms=25.0 if default_meets else 41.0, low_ms=20.0 if
+                    default_meets else 35.0)  # fmt: skip
+        same = {"rate_rps": 6.0, "default": {"meets_slo": default_meets, "terms": [term],
+                                             "kept_up": True, "served_fraction": 1.0,
+                                             "error_rate": 0.0}}  # fmt: skip
+    out = {"slo": "tpot_p99=30ms", "feasible": True, "objective": {"mode": "capacity"},
+           "best": {"config": {"max_num_batched_tokens": 1024}, "capacity_rps": 6.3},
+           "default": {"config": {"max_num_batched_tokens": 2048}, "capacity_rps": 5.0},
+           "ratio_vs_default": 1.26, "default_at_recommended_rate": same}  # fmt: skip
+    out["headline"] = headline(out)
+    return out
+
+
+def test_a_ratio_the_same_traffic_confirms_is_claimed():
+    r = rec(default_meets=False)
+    assert r["headline"] == {"basis": SAME_TRAFFIC, "claimed_ratio": 1.26}
+    text = summary_line(r)
+    assert "1.26x the vLLM default's 5.00" in text and "the default misses the SLO" in text
+
+
+def test_a_default_that_holds_at_the_same_rate_makes_the_difference_noise():
+    r = rec(default_meets=True)
+    assert r["headline"]["basis"] == WITHIN_NOISE and r["headline"]["claimed_ratio"] is None
+    text = summary_line(r)
+    assert text.startswith("keep the vLLM default") and "within noise" in text
+    assert "recommended: budget" not in text
+
+
+def test_a_ratio_never_checked_at_the_same_traffic_says_so():
+    r = rec(default_meets=None)
+    assert r["headline"]["basis"] == UNCHECKED
+    assert summary_line(r).endswith("(not checked at the same traffic)")
