@@ -54,6 +54,8 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
     if not screens_with_simulator(s.fidelity, run.mode, s.storage):
         return None
     profile = Profile.load(Path(s.profile)) if s.profile else None
+    if profile is not None:
+        profile.check_model(run.target.facts.model)
     simulator = fidelity.Simulator.for_target(run.target, profile)
     if simulator is None:
         display.line("no simulator for this target (pass --profile FILE): measuring for real")
