@@ -23,15 +23,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine_lite.models.export import export_hf_folder  # noqa: E402
-from loadgen import build_workload  # noqa: E402
-from slo import parse_slo  # noqa: E402
-from tuner.measure.meter import LevelSettings, Meter  # noqa: E402
-from tuner.measure.ratesearch import RateSearchSettings  # noqa: E402
-from tuner.settings import MIN_REQUESTS_PER_LEVEL  # noqa: E402
-from tuner.store.records import Mode, rules_for  # noqa: E402
-from tuner.targets.factory import TargetOptions, open_target  # noqa: E402
-from tuner.targets.vllm import VllmOptions, VllmTarget  # noqa: E402
+from engine_lite.models.export import export_hf_folder
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import RateSearchSettings
+from tuner.settings import MIN_REQUESTS_PER_LEVEL
+from tuner.store.records import Mode, rules_for
+from tuner.targets.factory import TargetOptions, open_target
+from tuner.targets.vllm import VllmOptions, VllmTarget
 
 SLO = "tpot_p99=30ms"
 CONFIGS = [
@@ -119,11 +119,15 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     for row in result["configs"]:
-        print(f"{json.dumps(row['config']):70} engine_lite {row['engine_lite_rps']:6.2f}  "
-              f"vLLM {row['vllm_rps']:6.2f} req/s")
+        print(
+            f"{json.dumps(row['config']):70} engine_lite {row['engine_lite_rps']:6.2f}  "
+            f"vLLM {row['vllm_rps']:6.2f} req/s"
+        )
     print(f"Spearman rank correlation: {result['spearman']:.2f}")
-    print(f"engine_lite's pick on vLLM: {result['pick_on_vllm_rps']:.2f} req/s, "
-          f"{result['pick_vs_best']:.0%} of vLLM's best in the set ({result['vllm_best_rps']:.2f})")
+    print(
+        f"engine_lite's pick on vLLM: {result['pick_on_vllm_rps']:.2f} req/s, "
+        f"{result['pick_vs_best']:.0%} of vLLM's best in the set ({result['vllm_best_rps']:.2f})"
+    )
 
 
 if __name__ == "__main__":
