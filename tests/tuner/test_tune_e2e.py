@@ -34,7 +34,7 @@ def finished(run_dir: Path) -> tuple[list, list]:
 @pytest.mark.slow
 def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    # One sweep point (2048) besides the default (8192) and the rule of thumb (4096).
+    # On the CPU the default is 2048 and the rule of thumb 4096; 8192 is the range's other end.
     args = ["--slo", "tpot_p99=30ms", "--trials", "4", "--time-budget", "5m",
             "--param", "max_num_batched_tokens=2048..8192", "--run-dir", str(run_dir),
             "--quiet", *FAST]  # fmt: skip
@@ -96,8 +96,12 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     if rec["default"]["capacity_rps"]:
         ratio = rec["best"]["capacity_rps"] / rec["default"]["capacity_rps"]
         assert math.isclose(rec["ratio_vs_default"], ratio)
-    budget = rec["best"]["config"]["max_num_batched_tokens"]
-    assert f"--max-num-batched-tokens {budget}" in rec["flags"]["vllm"]
+    # The flags are the recommendation's, or the default's when the default held the SLO at the
+    # recommendation's rate too (then the difference is within noise and nothing should change).
+    kept = rec["headline"]["basis"] == "within_noise"
+    assert kept == rec["summary"].startswith("keep the vLLM default")
+    flagged = rec["default" if kept else "best"]["config"]["max_num_batched_tokens"]
+    assert f"--max-num-batched-tokens {flagged}" in rec["flags"]["vllm"]
     assert "--chunked-prefill-size" in rec["flags"]["sglang"]
     assert rec["flags"]["sglang_tested"] is False  # a translation, marked as such
     # Every trial is listed, the one the kill cut off too (failed, and measured again).
@@ -210,12 +214,14 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     """--fidelity sim (the default) on the real engine: many configs screened in virtual time,
     a few verified for real, and the report's best is one of the measured trials."""
     run_dir = tmp_path / "run"
-    code = main(["--slo", "tpot_p99=30ms", "--trials", "6", "--repeats", "0", "--time-budget",
+    code = main(["--slo", "tpot_p99=30ms", "--trials", "2", "--repeats", "0", "--time-budget",
                  "5m", "--robust", "--run-dir", str(run_dir), "--json", *FAST])  # fmt: skip
     assert code == 0
     rec = json.loads(capsys.readouterr().out)
     sim = rec["sim"]
     roles = [(t["role"], t["state"]) for t in rec["trials"]]
+    # --trials counts the verified configs: the default and one verified, not a second.
+    assert len([t for t in rec["trials"] if t["state"] != "fail"]) <= 2, roles
     assert sim["configs_screened"] >= 20 and sim["configs_verified"] >= 1, (roles, sim)
     assert sim["max_error"] >= 0 and sim["error_bound"] > 0
     for verified in sim["verified"]:

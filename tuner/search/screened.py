@@ -64,9 +64,10 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         enqueue_default(run.study, run.space)
     simulator.recording(True)
     log = await search(run, budget, display, queued_only=True)
-    if has_role(run.study, Role.SCREENED):
-        # Resumed after screening: the engine steps the simulator was fitted on died with the
-        # killed process, so the queued configs are verified and the rest is searched for real.
+    if any(has_role(run.study, role) for role in _PAST_SCREENING):
+        # Resumed after screening (or after its fall-back to a real search): the engine steps
+        # the simulator was fitted on died with the killed process, so the queued configs are
+        # verified and the rest is searched for real.
         simulator.recording(False)
         return await search(run, budget, display)
     view = RunView.read(run.files, run.study)
@@ -88,6 +89,10 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
     return log
 
 
+# Roles a study holds only once screening has run (or has handed over to a real search).
+_PAST_SCREENING = (Role.SCREENED, Role.RULE_OF_THUMB, Role.SWEEP, Role.SEARCH)
+
+
 def screens_with_simulator(fidelity_name: str, mode: Mode, storage: str | None) -> bool:
     """--fidelity sim screens a capacity search run by one worker on its own folder (workers
     sharing a --storage study search for real: each would screen and queue on its own)."""
@@ -98,6 +103,8 @@ async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: 
                       display: StatusSink) -> bool:  # fmt: skip
     """Screen (again) and queue the best config not measured yet, if the budget allows."""
     view = RunView.read(run.files, run.study)
+    if len(view.finished) >= run.settings.trials:
+        return False  # --trials counts verified configs too
     best = max((t.capacity_rps or 0.0 for t in view.finished), default=0.0)
     start = best or attrs.start_rate(run.study) or 1.0
     display.set_phase("screening the space in virtual time")

@@ -95,7 +95,10 @@ class RunFiles:
             if match and records is not None:
                 side = path.with_suffix(".level.json")
                 row = json.loads(side.read_text()) if side.exists() else {}
-                out.append(Run(float(match.group(1)), records, row.get("schedule_ok", True)))
+                # The file name rounds the rate; the figures beside it hold it exactly, as the
+                # confirmation's verdicts (matched against it) do.
+                rate = float(row.get("rate_rps", match.group(1)))
+                out.append(Run(rate, records, row.get("schedule_ok", True)))
         return out
 
     def search_runs(self, trial: TrialRecord) -> list[Run]:
