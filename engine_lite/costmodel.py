@@ -1,11 +1,14 @@
 """A step-time model: how long one engine step takes, from what the scheduler put in it.
 
 Features in the manner of Vidur (MLSys'24) and BLIS: a constant per step, a cost per scheduled
-request, per prefill and per decode token (the projections and MLP), attention work (a prefill
-chunk of n tokens after c cached ones attends to about n * (c + n / 2) positions; a decode reads
-its whole context), and per sampled token (the logits). Coefficients are fitted by non-negative
-least squares on relative error, so the many short decode steps that decide TPOT weigh as much
-as the few long prefill steps. Pure: numpy only.
+request and per prefill chunk (each chunk is an attention call of its own in every layer, with
+its own mask and gather: about 1.3 ms a chunk on the CPU `tiny` preset, which a per-request cost
+fitted mostly on decodes underestimates tenfold), per prefill token (the projections and MLP; a
+decode's share is its request's cost), attention work (a prefill chunk of n tokens after c
+cached ones attends to about n * (c + n / 2) positions; a decode reads its whole context), and
+per sampled token (the logits). Coefficients are fitted by non-negative least squares on
+relative error, so the many short decode steps that decide TPOT weigh as much as the few long
+prefill steps. Pure: numpy only.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ class StepFeatures:
     """What one step computed, in the units the cost model is linear in."""
 
     num_reqs: int = 0
+    prefill_chunks: int = 0  # prefill entries of more than one token (attended one by one)
     prefill_tokens: int = 0
-    decode_tokens: int = 0
     prefill_attn: float = 0.0  # sum over prefill chunks of n * (c + n / 2)
     decode_context: int = 0  # sum over decodes of the positions attended
     sampled: int = 0  # rows whose logits are computed
@@ -40,18 +43,18 @@ FEATURE_NAMES = ("step", *(f.name for f in fields(StepFeatures)))
 def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
     """Features of a batch of (num_computed_tokens, num_scheduled, is_prefill, samples) entries;
     `samples` is True when the entry reaches its last known token (a logits row)."""
-    num = prefill = decode = ctx = sampled = 0
+    num = chunks = prefill = ctx = sampled = 0
     attn = 0.0
     for computed, n, is_prefill, samples in batch:
         num += 1
         sampled += samples
         if is_prefill:
+            chunks += n > 1  # a one-token chunk is attended with the decodes
             prefill += n
             attn += n * (computed + n / 2)
         else:
-            decode += n
             ctx += computed + n
-    return StepFeatures(num, prefill, decode, attn, ctx, sampled)
+    return StepFeatures(num, chunks, prefill, attn, ctx, sampled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +68,7 @@ class CostModel:
     request_overhead_s: float = 0.0
 
     def step_s(self, f: StepFeatures) -> float:
-        c = self.coefficients
-        return (
-            c[0]
-            + c[1] * f.num_reqs
-            + c[2] * f.prefill_tokens
-            + c[3] * f.decode_tokens
-            + c[4] * f.prefill_attn
-            + c[5] * f.decode_context
-            + c[6] * f.sampled
-        )
+        return sum(c * x for c, x in zip(self.coefficients, f.vector(), strict=True))
 
     def to_json(self) -> dict[str, Any]:
         return {

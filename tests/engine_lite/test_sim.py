@@ -8,9 +8,9 @@ from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, featur
 from engine_lite.sim import SimEngine, SimRequest, simulate
 
 SHAPE = SimEngine(num_kv_blocks=4096, block_size=16, max_model_len=8192)
-# 2 ms a step plus 10 us a prefill token and 50 us a decode: a 4096-token prompt in one
-# step stalls every decode beside it for ~41 ms.
-MODEL = CostModel((0.002, 0.0, 1e-5, 5e-5, 0.0, 0.0, 0.0), token_delivery_s=0.001,
+# 2 ms a step plus 50 us a request and 10 us a prefill token: a 4096-token prompt in one step
+# stalls every decode beside it for ~41 ms.
+MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0), token_delivery_s=0.001,
                   request_overhead_s=0.0005)  # fmt: skip
 
 
@@ -18,7 +18,7 @@ def test_a_lone_request_takes_its_prefill_steps_then_one_step_per_token():
     cfg = EngineConfig(max_num_batched_tokens=256, max_num_seqs=8)
     (tl,) = simulate(cfg, SHAPE, MODEL, [SimRequest(1.0, 600, 4)])
     # 600 prompt tokens in chunks of 256, 256, 88; then 3 decode steps
-    first = 1.0 + 0.0005 + (0.002 + 256e-5) * 2 + (0.002 + 88e-5) + 0.001
+    first = 1.0 + 0.0005 + (0.002 + 5e-5 + 256e-5) * 2 + (0.002 + 5e-5 + 88e-5) + 0.001
     assert abs(tl.token_times_s[0] - first) < 1e-9
     gaps = [b - a for a, b in zip(tl.token_times_s, tl.token_times_s[1:], strict=False)]
     assert all(abs(g - (0.002 + 5e-5)) < 1e-9 for g in gaps) and len(tl.token_times_s) == 4
@@ -49,7 +49,7 @@ def test_identical_inputs_give_identical_timelines_fast():
 
 
 def test_fit_recovers_the_coefficients_that_made_the_steps():
-    truth = (0.003, 1e-4, 2e-5, 3e-5, 1e-8, 2e-7, 1e-5)
+    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5)
     model = CostModel(truth)
     samples = []
     for i in range(90):
