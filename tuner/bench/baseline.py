@@ -1,7 +1,8 @@
 """Baseline files for `tune bench`: the samples of a past run plus the environment they came from.
 
 Figures only compare within one environment: a baseline records the device, model, workload hash
-and mode it was measured under, and a run in another environment is refused rather than compared.
+and mode it was measured under (in sim mode, the profile's file name and content hash too), and a
+run in another environment is refused rather than compared.
 Software versions are recorded and shown, not refused, because a version change is exactly what a
 serving team's CI wants to measure.
 """
@@ -18,7 +19,8 @@ from tuner.errors import TuneError
 
 FORMAT_VERSION = 1
 # Keys of `Environment` that must match for a comparison to mean anything.
-STRICT_KEYS = ("device", "model", "workload_hash", "mode", "rate_rps", "slo")
+STRICT_KEYS = ("device", "model", "workload_hash", "mode", "rate_rps", "slo", "profile",
+               "profile_hash")  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -32,6 +34,9 @@ class Environment:
     rate_rps: float
     slo: str
     versions: dict[str, str] = field(default_factory=dict)
+    # Sim mode: the cost-model profile the figures were simulated with ("" in other modes).
+    profile: str = ""  # its file name
+    profile_hash: str = ""  # sha256 of its content, as canonical JSON
 
     def mismatches(self, other: Environment) -> list[str]:
         """Human-readable differences in the keys that make a comparison meaningless."""

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tuner.bench.baseline import load_baseline, write_baseline
 from tuner.bench.gate import BenchOutcome, FigureRow, compare, measure_suite
-from tuner.bench.stats import Verdict, parse_tolerance
+from tuner.bench.stats import Comparison, Verdict, parse_tolerance
 from tuner.bench.suite import BenchMode, BenchSuite, load_suite
 from tuner.errors import TuneError
 from tuner.targets.signals import Stopped, run_stoppable
@@ -52,15 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(args: argparse.Namespace) -> BenchSuite:
     suite = load_suite(args.suite)
+    if args.mode is not None:
+        suite.set_mode(BenchMode(args.mode))
+    if suite.mode is BenchMode.SIM:
+        _refuse_in_sim(args)
     if args.tolerance is not None:
         suite.tolerance = parse_tolerance(args.tolerance)
     if args.repeats is not None:
         if args.repeats < 1:
             raise TuneError(f"--repeats {args.repeats} must be at least 1 (3-5 is typical)")
         suite.repeats = args.repeats
-    if args.mode is not None:
-        suite.mode = BenchMode(args.mode)
-        suite.reference = suite.reference or suite.configs[0].name
     if args.url and args.launch:
         raise TuneError("give --url or --launch, not both")
     served = suite.target.get("model", "tiny")
@@ -69,6 +70,17 @@ def _load(args: argparse.Namespace) -> BenchSuite:
     if args.launch:
         suite.target = {"launch": args.launch, "served_model_name": served}
     return suite
+
+
+def _refuse_in_sim(args: argparse.Namespace) -> None:
+    """Flags about noise or a real server mean nothing to one exact run in virtual time."""
+    given = [flag for flag, value in (("--tolerance", args.tolerance), ("--repeats", args.repeats),
+             ("--url", args.url), ("--launch", args.launch)) if value is not None]  # fmt: skip
+    if parse_tolerance(args.noise_floor) > 0:
+        given.append("--noise-floor")
+    if given:
+        raise TuneError(f"sim mode has no {', '.join(given)} (one run in virtual time, compared "
+                        "exactly); drop it")  # fmt: skip
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -119,11 +131,20 @@ _MARK = {Verdict.OK: "ok", Verdict.REGRESSION: "REGRESSION", Verdict.IMPROVEMENT
 _COLUMNS = ("config", "figure", "median now", "change [95% CI]", "verdict")
 
 
+def _change(c: Comparison | None) -> str:
+    """The change with its interval; an exact one (sim mode) to 3 digits, however small."""
+    if c is None:
+        return ""
+    if c.change_lo == c.change_hi:
+        return f"{c.change_frac * 100:+.3g}%"
+    return f"{c.change_frac:+.1%} [{c.change_lo:+.1%}, {c.change_hi:+.1%}]"
+
+
 def _cells(row: FigureRow) -> list[str]:
     """One row of the table: config, figure, median now, change with its interval, verdict."""
     value, c = row.current_median, row.comparison
     median = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    change = "" if c is None else f"{c.change_frac:+.1%} [{c.change_lo:+.1%}, {c.change_hi:+.1%}]"
+    change = _change(c)
     verdict = _MARK[c.verdict] if c else (row.note or "-")
     return [row.config, row.figure, median, change, verdict]
 
@@ -141,14 +162,27 @@ def _rows(outcome: BenchOutcome) -> list[FigureRow]:
     ]
 
 
+def _allowed(suite: BenchSuite) -> str:
+    exact = suite.mode is BenchMode.SIM
+    return "exact, in virtual time" if exact else f"tolerance {suite.tolerance:.0%}"
+
+
 def summary_line(outcome: BenchOutcome) -> str:
     name = outcome.suite.name
     if outcome.compared_with is None:
         return f"suite {name}: measured, no baseline compared"
+    exact = outcome.suite.mode is BenchMode.SIM
+    beyond = "(exact, in virtual time)" if exact else f"beyond {outcome.suite.tolerance:.0%}"
     if not outcome.regressions:
-        return f"suite {name}: no regression beyond {outcome.suite.tolerance:.0%}"
-    names = ", ".join(f"{r.config}/{r.figure}" for r in outcome.regressions)
-    return f"suite {name}: {len(outcome.regressions)} regression(s): {names}"
+        line = f"suite {name}: no regression {beyond}"
+    else:
+        names = ", ".join(f"{r.config}/{r.figure}" for r in outcome.regressions)
+        line = f"suite {name}: {len(outcome.regressions)} regression(s): {names}"
+    if exact and outcome.improvements:  # an exact baseline that is out of date says so
+        better = outcome.improvements
+        names = ", ".join(f"{r.config}/{r.figure}" for r in better)
+        line += f"; {len(better)} improved ({names}): re-record with --update-baseline"
+    return line
 
 
 def print_table(outcome: BenchOutcome, console: Console) -> None:
@@ -168,8 +202,9 @@ def markdown(outcome: BenchOutcome) -> str:
     versus = f" (vs `{suite.reference}`)" if suite.reference else ""
     lines = [f"## tune bench: {suite.name}", "", f"**{summary_line(outcome)}**", "",
              f"- mode: {env.mode}{versus}",
-             f"- device: {env.device}; model: {env.model}; workload: {env.workload_hash}",
-             f"- SLO: `{env.slo}` at {env.rate_rps:g} req/s; tolerance {suite.tolerance:.0%}",
+             f"- device: {env.device}; model: {env.model}; workload: {env.workload_hash}"
+             + (f"; profile: {env.profile} ({env.profile_hash})" if env.profile else ""),
+             f"- SLO: `{env.slo}` at {env.rate_rps:g} req/s; {_allowed(suite)}",
              f"- baseline: {outcome.compared_with or 'none'}", "",
              "| " + " | ".join(_COLUMNS) + " |", "|---|---|---:|---:|---|"]  # fmt: skip
     for row in _rows(outcome):
@@ -214,7 +249,7 @@ def as_json(outcome: BenchOutcome) -> dict[str, Any]:
                 "note": r.note, "comparison": c}  # fmt: skip
 
     return {"suite": suite.name, "mode": suite.mode.value, "reference": suite.reference,
-            "tolerance": suite.tolerance, "compared_with": outcome.compared_with,
+            "tolerance": suite.allowed_change, "compared_with": outcome.compared_with,
             "regression": bool(outcome.regressions),
             "environment": asdict(outcome.baseline.environment),
             "configs": {k: asdict(v) for k, v in outcome.baseline.configs.items()},

@@ -2,12 +2,14 @@
 
 Repeats are interleaved (every config once per round, the order rotated each round) so that a
 slow minute on a shared machine hits all configs alike instead of one config's every sample.
+In sim mode the target is the simulator (`bench/sim.py`): one round, compared exactly.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +17,8 @@ from typing import Any
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
 from tuner.bench.baseline import Baseline, ConfigSamples, Environment
-from tuner.bench.stats import Comparison, Verdict, compare_figure
+from tuner.bench.sim import SuiteProfile, load_profile
+from tuner.bench.stats import Comparison, Verdict, compare_exact, compare_figure
 from tuner.bench.suite import FIGURES, BenchMode, BenchSuite
 from tuner.errors import TuneError
 from tuner.measure.meter import LevelRecord, LevelRun, LevelSettings, Meter
@@ -52,13 +55,21 @@ class BenchOutcome:
 
     @property
     def regressions(self) -> list[FigureRow]:
-        return [r for r in self.rows if r.comparison and r.comparison.verdict is Verdict.REGRESSION]
+        return self._with(Verdict.REGRESSION)
+
+    @property
+    def improvements(self) -> list[FigureRow]:
+        return self._with(Verdict.IMPROVEMENT)
+
+    def _with(self, verdict: Verdict) -> list[FigureRow]:
+        return [r for r in self.rows if r.comparison and r.comparison.verdict is verdict]
 
 
 def make_target(suite: BenchSuite) -> Target:
     """The suite's [target]: the built-in engine (`model` and engine options), `url` or
     `launch` (with `served_model_name`, `launch_url`)."""
     t = dict(suite.target)
+    t.pop("profile", None)  # a sim suite measured for real (--mode ratio|absolute)
     model = str(t.pop("served_model_name", t.get("model", "tiny")))
     options = TargetOptions(served_model=model, max_model_len=t.pop("max_model_len", None))
     if "url" in t:
@@ -107,36 +118,53 @@ async def _measure_once(suite: BenchSuite, meter: Meter, knobs: dict[str, Any]) 
 async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -> Baseline:
     """Measure every config `suite.repeats` times; returns the samples as a Baseline."""
     slo = parse_slo(suite.slo)  # fail on a bad SLO before loading anything
-    target = make_target(suite)
+    sim = load_profile(suite) if suite.mode is BenchMode.SIM else None
+    target = sim.target() if sim else make_target(suite)
     wl_args = dict(suite.workload)
     wl = build_workload(wl_args.pop("name", "mixed"), **wl_args)
     rules = VerdictRules(require_schedule=target.facts.require_schedule)
     settings = LevelSettings(seed=int(suite.workload.get("seed", 0)))
-    meter = Meter(target, wl.requests, slo, settings, rules)
+    # In virtual time the meter's clock stands still: only a level's wall_s reads it, and no
+    # figure can then depend on how fast this machine simulated.
+    clock = _still if sim else time.monotonic
+    meter = Meter(target, wl.requests, slo, settings, rules, clock=clock)
     samples: dict[str, dict[str, list[float]]] = {c.name: {} for c in suite.configs}
     try:
-        # Warm-up: the first forward passes allocate and compile; keep them out of every sample.
-        await target.apply(suite.configs[0].knobs)
-        await Meter(target, wl.requests[:4], slo, LevelSettings(), rules).level(suite.rate_rps)
-        for rnd in range(suite.repeats):
+        if sim is None:  # the first forward passes allocate and compile: not in any sample
+            await target.apply(suite.configs[0].knobs)
+            await Meter(target, wl.requests[:4], slo, LevelSettings(), rules).level(suite.rate_rps)
+        for rnd in range(suite.rounds):
             shift = rnd % len(suite.configs)
             for cfg in suite.configs[shift:] + suite.configs[:shift]:
                 if progress:
-                    progress(f"round {rnd + 1}/{suite.repeats}: {cfg.name}")
+                    progress(f"round {rnd + 1}/{suite.rounds}: {cfg.name}")
                 figs = await _measure_once(suite, meter, cfg.knobs)
                 for name in suite.figures:
                     samples[cfg.name].setdefault(name, []).append(figs[name])
     finally:
         await target.close()
-    return _baseline(suite, wl.fingerprint(), samples)
+    return _baseline(suite, wl.fingerprint(), samples, sim)
 
 
-def _baseline(
-    suite: BenchSuite, workload_hash: str, samples: dict[str, dict[str, list[float]]]
-) -> Baseline:
+def _still() -> float:
+    return 0.0
+
+
+def _environment(suite: BenchSuite, workload_hash: str, sim: SuiteProfile | None) -> Environment:
+    """Where the figures came from: this machine, or (sim mode) the profile, wherever it runs."""
+    slo = str(parse_slo(suite.slo))
+    if sim is not None:
+        return Environment(f"sim:{sim.profile.device}", sim.profile.model, workload_hash,
+                           suite.mode.value, suite.rate_rps, slo, software_versions(),
+                           sim.path.name, sim.content_hash)  # fmt: skip
     model = str(suite.target.get("model") or suite.target.get("url") or suite.target["launch"])
-    env = Environment(device_description(), model, workload_hash, suite.mode.value,
-                      suite.rate_rps, str(parse_slo(suite.slo)), software_versions())  # fmt: skip
+    return Environment(device_description(), model, workload_hash, suite.mode.value,
+                       suite.rate_rps, slo, software_versions())  # fmt: skip
+
+
+def _baseline(suite: BenchSuite, workload_hash: str, samples: dict[str, dict[str, list[float]]],
+              sim: SuiteProfile | None = None) -> Baseline:  # fmt: skip
+    env = _environment(suite, workload_hash, sim)
     configs = {c.name: ConfigSamples(dict(c.knobs), samples[c.name]) for c in suite.configs}
     if suite.mode is BenchMode.RATIO and suite.reference:
         _fill_ratios(configs, suite.reference)
@@ -181,7 +209,12 @@ def _compare_one(
     base_vals = (base.ratios if ratio else base.samples).get(fig)
     if not base_vals or not cur_vals:
         return FigureRow(name, fig, None, median, "figure not in baseline")
-    comparison = compare_figure(fig, base_vals, cur_vals, higher_is_better=FIGURES[fig],
-                                tolerance=suite.tolerance, min_noise_frac=noise_floor)  # fmt: skip
+    better, tol = FIGURES[fig], suite.allowed_change
+    if suite.mode is BenchMode.SIM:  # one exact value a side
+        comparison = compare_exact(fig, base_vals[0], cur_vals[0], higher_is_better=better,
+                                   tolerance=tol)  # fmt: skip
+    else:
+        comparison = compare_figure(fig, base_vals, cur_vals, higher_is_better=better,
+                                    tolerance=tol, min_noise_frac=noise_floor)  # fmt: skip
     note = "knobs changed since baseline" if base.knobs != cur.knobs else ""
     return FigureRow(name, fig, comparison, median, note)

@@ -101,6 +101,25 @@ def compare_figure(figure: str, baseline: Sequence[float], current: Sequence[flo
                       change_lo, change_hi, tolerance, verdict)  # fmt: skip
 
 
+def compare_exact(figure: str, baseline: float, current: float, *, higher_is_better: bool,
+                  tolerance: float) -> Comparison:  # fmt: skip
+    """One value a side and no noise (sim mode): any change past `tolerance` is a verdict."""
+    if math.isnan(baseline) or math.isnan(current):  # a figure that appeared or vanished
+        same = math.isnan(baseline) and math.isnan(current)
+        change, worse = (0.0, 0.0) if same else (math.nan, math.inf)
+    else:  # floored at a tiny value as the bootstrap's logs are: a 0 capacity is "much worse"
+        change = math.expm1(math.log(max(current, 1e-9)) - math.log(max(baseline, 1e-9)))
+        worse = -change if higher_is_better else change
+    if worse > tolerance:
+        verdict = Verdict.REGRESSION
+    elif worse < -tolerance:
+        verdict = Verdict.IMPROVEMENT
+    else:
+        verdict = Verdict.OK
+    return Comparison(figure, baseline, current, worse, worse, worse, change, change, change,
+                      tolerance, verdict)  # fmt: skip
+
+
 def parse_tolerance(text: str) -> float:
     """'5%' or '0.05' -> 0.05; anything else is a one-line error naming the value."""
     raw = text.strip()

@@ -20,8 +20,10 @@ FIGURES: dict[str, bool] = {
     **dict.fromkeys(("capacity_rps", "saturation_rps", "saturation_tok_s", "request_goodput"),
                     True),
     **dict.fromkeys(("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "ttft_p50_ms",
-                     "tpot_p50_ms", "itl_p50_ms"), False),
+                     "tpot_p50_ms", "itl_p50_ms", "e2el_p50_ms"), False),
 }  # fmt: skip
+# Sim mode's tolerance: its figures repeat exactly, so only float rounding is forgiven.
+SIM_REL_TOL = 1e-9
 
 
 class BenchMode(enum.StrEnum):
@@ -29,6 +31,7 @@ class BenchMode(enum.StrEnum):
 
     ABSOLUTE = "absolute"
     RATIO = "ratio"
+    SIM = "sim"  # virtual time on the simulator: one run, compared exactly
 
 
 @dataclass(slots=True)
@@ -55,6 +58,21 @@ class BenchSuite:
     rate_rps: float
     configs: list[BenchConfig]
 
+    def set_mode(self, mode: BenchMode) -> None:
+        """Switch the mode (`--mode`); only ratio mode has a reference, the first by default."""
+        self.mode = mode
+        self.reference = None if mode is BenchMode.SIM else self.reference or self.configs[0].name
+
+    @property
+    def rounds(self) -> int:
+        """Measurements per config: one in sim mode, where every repeat gives the same."""
+        return 1 if self.mode is BenchMode.SIM else self.repeats
+
+    @property
+    def allowed_change(self) -> float:
+        """The worsening a figure may show: only float rounding in sim mode (it is exact)."""
+        return SIM_REL_TOL if self.mode is BenchMode.SIM else self.tolerance
+
 
 def _require(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:
@@ -79,6 +97,26 @@ def _parse_configs(raw: Any, path: str) -> list[BenchConfig]:
     return configs
 
 
+def _parse_target(doc: dict[str, Any], mode: BenchMode, path: str) -> dict[str, Any]:
+    """The [target] table; a sim suite's `profile` is resolved against the suite's folder."""
+    target = dict(doc.get("target", {"model": "tiny"}))
+    if "profile" in target:
+        target["profile"] = str(Path(path).parent / str(target["profile"]))
+    if mode is BenchMode.SIM:
+        if "profile" not in target:
+            raise TuneError(
+                f'{path}: mode = "sim" needs [target] profile = "NAME.profile.json" (a '
+                "cost-model profile, relative to the suite); see docs/bench.md (Sim mode)"
+            )
+        given = [k for k in ("repeats", "tolerance", "reference") if k in doc]
+        if given:
+            raise TuneError(f"{path}: sim mode has no {', '.join(given)} (one run in virtual "
+                            "time, compared exactly); remove it")  # fmt: skip
+    elif sum(k in target for k in ("model", "url", "launch")) != 1:
+        raise TuneError(f"{path}: [target] needs exactly one of model, url, launch")
+    return target
+
+
 def parse_suite(text: str, path: str = "suite") -> BenchSuite:
     """Parse and validate a suite; every mistake is a one-line TuneError naming the key."""
     try:
@@ -89,7 +127,7 @@ def parse_suite(text: str, path: str = "suite") -> BenchSuite:
     try:
         mode = BenchMode(mode_raw)
     except ValueError:
-        raise TuneError(f"{path}: mode = {mode_raw!r}; use 'ratio' or 'absolute'") from None
+        raise TuneError(f"{path}: mode = {mode_raw!r}; use 'ratio', 'absolute' or 'sim'") from None
     configs = _parse_configs(doc.get("config"), path)
     reference = doc.get("reference")
     if mode is BenchMode.RATIO:
@@ -103,9 +141,7 @@ def parse_suite(text: str, path: str = "suite") -> BenchSuite:
     repeats = doc.get("repeats", 3)
     if not isinstance(repeats, int) or repeats < 1:
         raise TuneError(f"{path}: repeats = {repeats!r}; use a whole number >= 1 (3-5 is typical)")
-    target = dict(doc.get("target", {"model": "tiny"}))
-    if sum(k in target for k in ("model", "url", "launch")) != 1:
-        raise TuneError(f"{path}: [target] needs exactly one of model, url, launch")
+    target = _parse_target(doc, mode, path)
     measure = doc.get("measure", {})
     rate = _require(measure, "rate_rps", f"{path} [measure]")
     if not isinstance(rate, int | float) or rate <= 0:
