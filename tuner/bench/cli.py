@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import xml.etree.ElementTree as ET
@@ -135,7 +136,7 @@ def _change(c: Comparison | None) -> str:
     """The change with its interval; an exact one (sim mode) to 3 digits, however small."""
     if c is None:
         return ""
-    if c.change_lo == c.change_hi:
+    if c.change_lo == c.change_hi or math.isnan(c.change_frac):  # nan: a figure now missing
         return f"{c.change_frac * 100:+.3g}%"
     return f"{c.change_frac:+.1%} [{c.change_lo:+.1%}, {c.change_hi:+.1%}]"
 

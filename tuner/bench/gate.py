@@ -116,7 +116,7 @@ async def _measure_once(suite: BenchSuite, meter: Meter, knobs: dict[str, Any]) 
 
 
 async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -> Baseline:
-    """Measure every config `suite.repeats` times; returns the samples as a Baseline."""
+    """Measure every config `suite.rounds` times; returns the samples as a Baseline."""
     slo = parse_slo(suite.slo)  # fail on a bad SLO before loading anything
     sim = load_profile(suite) if suite.mode is BenchMode.SIM else None
     target = sim.target() if sim else make_target(suite)

@@ -10,6 +10,7 @@ import pytest
 from engine_lite.scheduler import Scheduler
 from tuner.bench.cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_REGRESSION, main
 from tuner.bench.sim import load_profile
+from tuner.bench.stats import Verdict, compare_exact
 from tuner.bench.suite import load_suite
 
 BASELINES = Path(__file__).resolve().parents[3] / "results" / "baselines"
@@ -172,3 +173,22 @@ def test_the_committed_sim_suite_reads_its_profile():
     assert sim.path.name == PROFILE.name and sim.profile.model == "tiny"
     recorded = json.loads((BASELINES / "cpu-tiny-sim.json").read_text())["environment"]
     assert (recorded["profile"], recorded["profile_hash"]) == (PROFILE.name, sim.content_hash)
+
+
+@pytest.mark.parametrize(
+    ("base", "now", "higher_is_better", "verdict"),
+    [
+        (10.0, 10.0, True, Verdict.OK),
+        (10.0, 10.0 * (1 + 1e-12), False, Verdict.OK),  # float rounding is forgiven
+        (10.0, 10.0 * (1 + 1e-6), False, Verdict.REGRESSION),  # no noise floor: a latency up
+        (10.0, 10.0 * (1 - 1e-6), True, Verdict.REGRESSION),  # a throughput down
+        (10.0, 9.0, False, Verdict.IMPROVEMENT),
+        (0.0, 0.0, True, Verdict.OK),
+        (5.0, 0.0, True, Verdict.REGRESSION),  # nothing met the SLO any more
+        (float("nan"), float("nan"), False, Verdict.OK),
+        (float("nan"), 3.0, False, Verdict.REGRESSION),  # a figure that appeared or vanished
+    ],
+)
+def test_exact_comparison(base, now, higher_is_better, verdict):
+    c = compare_exact("f", base, now, higher_is_better=higher_is_better, tolerance=1e-9)
+    assert c.verdict is verdict
