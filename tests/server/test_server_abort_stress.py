@@ -10,6 +10,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "abort_stress.py"
 
 
@@ -21,6 +23,7 @@ def _load_stress():
     return module
 
 
+@pytest.mark.slow
 def test_random_hang_ups_fail_no_stream_and_leave_no_kv_behind():
     stress = _load_stress()
     args = argparse.Namespace(

@@ -105,6 +105,7 @@ async def test_post_without_content_length_gets_a_400_naming_it(server, version)
     assert status == 400 and "Content-Length" in _error(body)["message"]
 
 
+@pytest.mark.slow
 async def test_a_body_that_stops_arriving_gets_a_408(server):
     settings = server.state.settings
     saved, settings.body_timeout_s = settings.body_timeout_s, 0.2
@@ -116,6 +117,7 @@ async def test_a_body_that_stops_arriving_gets_a_408(server):
     assert b"Connection: close" in head
 
 
+@pytest.mark.slow
 async def test_a_body_announced_over_the_limit_is_refused_before_reading(server):
     sent = _request(b"{}", length=False, headers={"Content-Length": b"99999999999"})
     status, _, body = await _exchange(server.url, sent)

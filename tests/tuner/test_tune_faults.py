@@ -133,6 +133,7 @@ def test_a_port_already_taken_is_refused_before_anything_is_measured_against_it(
     assert not (tmp_path / "server.pid").exists()  # and ours never started
 
 
+@pytest.mark.slow
 def test_a_url_server_that_dies_mid_level_is_named_and_what_was_measured_is_reported(tmp_path):
     port, run_dir = free_port(), tmp_path / "run"
     stub = start_stub(port, "--die-after", "8")  # the first level's 8 requests, then it dies
@@ -160,6 +161,7 @@ def test_a_url_server_that_dies_mid_level_is_named_and_what_was_measured_is_repo
     assert report.returncode == 0 and json.loads(report.stdout)["summary"] == rec["summary"]
 
 
+@pytest.mark.slow
 def test_a_launched_server_that_dies_mid_level_cuts_that_trial_and_the_next_starts_afresh(
     tmp_path,
 ):

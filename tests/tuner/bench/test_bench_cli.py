@@ -87,6 +87,7 @@ def test_unchanged_tree_passes_and_writes_ci_reports(recorded, tmp_path):
     assert not ET.parse(junit).getroot().findall(".//failure")
 
 
+@pytest.mark.slow
 def test_a_real_slowdown_fails_the_job(recorded, tmp_path, capsys):
     tmp, baseline = recorded
     # One sequence at a time serialises every decode: 24 requests x 48 tokens in 1152 steps instead
@@ -117,6 +118,7 @@ def test_a_real_slowdown_fails_the_job(recorded, tmp_path, capsys):
     assert ET.parse(junit).getroot().findall(".//failure")
 
 
+@pytest.mark.slow
 def test_report_only_mode_never_fails_the_job(recorded):
     tmp, baseline = recorded
     suite = _suite(tmp, candidate_seqs=1, tolerance="30%")
