@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine_lite.config import EngineConfig
-from engine_lite.costmodel import CostModel
+from engine_lite.costmodel import CostModel, StepFeatures
 from engine_lite.defaults import CPU_DEVICE, DeviceInfo
 from engine_lite.errors import EngineLiteError
 from engine_lite.request import Request, RequestStatus
@@ -39,6 +39,9 @@ class SimTimeline:
     arrival_s: float
     token_times_s: list[float] = field(default_factory=list)
     num_preemptions: int = 0
+    token_steps: list[int] = field(default_factory=list)  # the step that made each token
+    admitted_step: int = -1  # the first step that saw the request (it waits from arrival)
+    admitted_s: float = 0.0  # when that step started
 
     @property
     def finish_s(self) -> float:
@@ -60,8 +63,10 @@ def simulate(
     shape: SimEngine,
     model: CostModel,
     requests: Sequence[SimRequest],
+    step_log: list[StepFeatures] | None = None,
 ) -> list[SimTimeline]:
-    """Replay `requests` through the real scheduler in virtual time.
+    """Replay `requests` through the real scheduler in virtual time; `step_log` (when given)
+    receives each step's features, in order, for fitting a model to what clients saw.
 
     The step loop is `LLMEngine`'s for the case it needs: every request ignores EOS and runs
     to its output length (or max_model_len), so a step only advances computed tokens, samples
@@ -73,16 +78,20 @@ def simulate(
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
     timelines = [SimTimeline(r.arrival_s) for r in requests]
     ready_s = [r.arrival_s + model.request_overhead_s for r in requests]
-    clock, nxt, max_len = 0.0, 0, shape.max_model_len
+    clock, nxt, step, max_len = 0.0, 0, -1, shape.max_model_len
     while nxt < len(order) or sched.has_unfinished():
         if not sched.has_unfinished():
             clock = max(clock, ready_s[order[nxt]])  # idle until the next request
+        step += 1
         while nxt < len(order) and ready_s[order[nxt]] <= clock:
             sched.add_request(_request(order[nxt], requests[order[nxt]], clock))
+            timelines[order[nxt]].admitted_step, timelines[order[nxt]].admitted_s = step, clock
             nxt += 1
         out = sched.schedule()
         if not out.scheduled:
             raise EngineLiteError("the simulated scheduler made no progress")  # a bug, not input
+        if step_log is not None:
+            step_log.append(out.features)
         clock += model.step_s(out.features)
         seen_s, done = clock + model.token_delivery_s, []
         for req, n in out.scheduled:
@@ -91,6 +100,7 @@ def simulate(
                 continue  # a prefill chunk that is not the last
             req.output_token_ids.append(_TOKEN)
             timelines[int(req.request_id)].token_times_s.append(seen_s)
+            timelines[int(req.request_id)].token_steps.append(step)
             if len(req.output_token_ids) >= req.sampling_params.max_tokens or (
                 req.num_tokens >= max_len
             ):

@@ -24,17 +24,19 @@ from typing import Any
 
 import optuna
 
+from engine_lite.costmodel import CostModel, fit
 from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
-from tuner.sim.calibrate import RealLevel, StepLog, fit_steps, refit
+from tuner.sim.calibrate import RealLevel, StepLog, refit
 from tuner.sim.profile import Profile
+from tuner.sim.read_back import PRIOR, fit_served
 from tuner.sim.screen import Screened, screen, screen_space
 from tuner.sim.target import SimTarget
 from tuner.store import attrs
 from tuner.store.records import Role, TrialRecord
 from tuner.store.runfiles import RunView
-from tuner.targets.base import Target
+from tuner.targets.base import Target, TargetKind
 from tuner.targets.knobs import Knobs, knobs_to_json
 
 SIM_ERROR_BOUND = 0.2  # relative capacity error past which the search measures for real
@@ -62,16 +64,19 @@ class Simulator:
     screened: int = 0
     screen_s: float = 0.0
     ranked: list[Screened] = field(default_factory=list)
+    fit_size: int = 0  # steps (or request spans) the model was fitted on
+    fit_error: float = 0.0  # the fit's median (spans: mean) relative error on them
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
-        """None when the target offers no way to fit one (a server and no profile file)."""
+        """None when the target offers no way to fit one (a server whose scheduler is not
+        vLLM's, and no profile file)."""
         engine = getattr(target, "engine", None)  # the built-in engine reports its steps
         steps = None
         if engine is not None and hasattr(engine, "add_step_listener"):
             steps = StepLog()
             engine.add_step_listener(steps)
-        if steps is None and profile is None:
+        if steps is None and profile is None and not _serves_like_vllm(target):
             return None
         return cls(target, steps, profile)
 
@@ -80,27 +85,45 @@ class Simulator:
             self.steps.active, self.steps._last_end = on, None
 
     async def fit(self, meter: Meter, levels: list[RealLevel]) -> bool:
-        """(Re)fit the model: on the engine's steps, else the profile's refitted to the real
-        levels; False when there is not enough to fit on."""
-        if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
-            engine: Any = self.target.engine
-            shape = SimEngine(engine.num_kv_blocks, engine.block_size, engine.max_model_len)
-            model = fit_steps(self.steps)
-            self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
-        elif self.profile is not None:
-            shape, model = self.profile.shape, self.profile.model_cost
-            self.source = f"profile of {self.profile.engine} on {self.profile.device}"
-        else:
+        """(Re)fit the model: on the engine's steps, on what vLLM's clients saw, or the
+        profile's refitted to the real levels; False when there is not enough to fit on."""
+        fitted = self._fit_model(levels)
+        if fitted is None:
             return False
+        shape, model = fitted
         self.sim = SimTarget(self.target.facts, self.target.knobs, shape, model)
         rules = dataclasses.replace(meter.rules, require_schedule=False)
         self.meter = dataclasses.replace(meter, target=self.sim, clock=time.perf_counter,
                                          rules=rules)  # fmt: skip
-        if self.steps is None and levels:  # a profile: scale it to what this target shows
-            fitted = await refit(self.sim, self.meter, levels)
-            self.sim.model = fitted.model
-            self.source += f", step time x{fitted.scale:.2f} to match {len(levels)} real levels"
+        if self.steps is None and not _serves_like_vllm(self.target) and levels:
+            # A profile of another engine: scale it to what this target shows.
+            refitted = await refit(self.sim, self.meter, levels)
+            self.sim.model = refitted.model
+            self.source += f", step time x{refitted.scale:.2f} to match {len(levels)} real levels"
         return True
+
+    def _fit_model(self, levels: list[RealLevel]) -> tuple[SimEngine, CostModel] | None:
+        if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
+            engine: Any = self.target.engine
+            shape = SimEngine(engine.num_kv_blocks, engine.block_size, engine.max_model_len)
+            self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
+            report = fit(self.steps.samples)
+            self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
+            return shape, report.model
+        if _serves_like_vllm(self.target) and levels:
+            shape = self.target.sim_shape()  # type: ignore[attr-defined]
+            start = self.profile.model_cost if self.profile is not None else PRIOR
+            spans = fit_served(levels, shape, start)
+            if spans is not None:
+                self.fit_size, self.fit_error = spans.num_spans, spans.mean_rel_error
+                self.source = (f"fitted on {spans.num_spans} request spans in {len(levels)} "
+                               f"levels vLLM served (mean span error "
+                               f"{spans.mean_rel_error:.0%})")  # fmt: skip
+                return shape, spans.model
+        if self.profile is not None:
+            self.source = f"profile of {self.profile.engine} on {self.profile.device}"
+            return self.profile.shape, self.profile.model_cost
+        return None
 
     async def rescreen(self, space: SearchSpace, start_rps: float) -> list[Screened]:
         """The whole space the first time, then the best configs so far again."""
@@ -128,6 +151,12 @@ class Simulator:
                 study.enqueue_trial(space.to_params(knobs), user_attrs=role_attrs)
                 return True
         return False
+
+
+def _serves_like_vllm(target: Target) -> bool:
+    """vLLM runs our scheduler's rules (checked step by step), so its clients' timings can be
+    fitted through it; any other server's scheduler is unknown."""
+    return target.facts.kind is TargetKind.VLLM and hasattr(target, "sim_shape")
 
 
 def calibration_config(space: SearchSpace) -> Knobs:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine_lite.costmodel import CostModel, StepFeatures, fit
+from engine_lite.costmodel import CostModel, StepFeatures
 from loadgen import RequestRecord
 from slo import Metric, compute_metrics
 from tuner.measure.meter import Meter
@@ -49,10 +49,6 @@ class StepLog:
                 seconds = max(seconds, period)  # busy: the time between steps counts too
         self._last_end = step.time_s
         self.samples.append((step.features, seconds))
-
-
-def fit_steps(log: StepLog) -> CostModel:
-    return fit(log.samples).model
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine_lite.sim import SimEngine
 from loadgen import RequestRecord
 from tuner.errors import TuneError
 from tuner.report.summary import vllm_flags
@@ -40,6 +41,7 @@ VLLM_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill"
 CPU_BLOCK_SIZE, GPU_BLOCK_SIZE = 128, 16
 DEFAULT_CPU_KV_GIB = "2"  # VLLM_CPU_KVCACHE_SPACE: enough for tiny models, fits beside others
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 
 
 def default_command() -> str:
@@ -150,6 +152,30 @@ class VllmTarget(HttpLevels):
         started = time.monotonic()
         await self._server.start()
         self.starts.append((config, time.monotonic() - started))
+
+    @property
+    def running_knobs(self) -> Knobs | None:
+        """The config of the server that is up now (None when none is)."""
+        return self._knobs if self._server is not None and self._server.alive else None
+
+    def sim_shape(self) -> SimEngine:
+        """The simulated engine: vLLM's block size, its context, and the KV cache its last
+        start reported (vLLM logs "KV cache size: N tokens"); without one, room for every
+        sequence at full length."""
+        tokens = self._logged_kv_tokens()
+        if tokens is None:
+            tokens = self.max_model_len * int(self.knobs.complete({}).get("max_num_seqs", 256))
+        block = self.facts.block_size
+        return SimEngine(max(1, tokens // block), block, self.max_model_len)
+
+    def _logged_kv_tokens(self) -> int | None:
+        log_dir = self.options.log_dir
+        logs = sorted(log_dir.glob("vllm-*.log")) if log_dir and log_dir.is_dir() else []
+        for path in reversed(logs):
+            match = _KV_TOKENS.search(path.read_text(errors="replace"))
+            if match:
+                return int(match.group(1).replace(",", ""))
+        return None
 
     def start_log(self) -> list[dict[str, Any]]:
         """Each vLLM start of this run: its config and seconds from launch to /health."""

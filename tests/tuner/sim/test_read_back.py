@@ -1,0 +1,64 @@
+"""A step-time model fitted to what a server's clients saw: the spans from first to last token
+and the times to first token, through the real scheduler, with a few milliseconds of jitter."""
+
+import random
+
+import numpy as np
+
+from engine_lite import EngineConfig
+from engine_lite.costmodel import FEATURE_NAMES, CostModel
+from engine_lite.sim import SimEngine, SimRequest, simulate
+from loadgen import RequestRecord
+from tuner.sim.calibrate import RealLevel
+from tuner.sim.read_back import fit_served
+
+SHAPE = SimEngine(num_kv_blocks=1 << 15, block_size=16, max_model_len=8192)
+COEF = {"step": 0.002, "num_reqs": 1e-4, "prefill_chunks": 1e-3, "prefill_tokens": 1.2e-5,
+        "prefill_attn": 1e-8, "decode_context": 2e-7, "sampled": 5e-5}  # fmt: skip
+TRUTH = CostModel(tuple(COEF[n] for n in FEATURE_NAMES), request_overhead_s=0.008)
+KNOBS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128, "enable_chunked_prefill": True,
+         "long_prefill_token_threshold": 0,
+         "long_prefill_token_threshold_adaptive": False}  # fmt: skip
+
+
+def served_level(rate_rps: float, seed: int, jitter_s: float) -> RealLevel:
+    """What a client of a server running TRUTH would have recorded: every token late by up
+    to `jitter_s` (delivery on a busy machine), in order."""
+    rng = random.Random(seed)
+    t, sim = 0.0, []
+    for _ in range(120):
+        t += rng.expovariate(rate_rps)
+        long = rng.random() < 0.1
+        prompt = rng.randint(4096, 7680) if long else rng.randint(64, 1024)
+        sim.append(SimRequest(t, prompt, rng.choice([4, 12, 60, 200])))
+    lines = simulate(EngineConfig(**KNOBS), SHAPE, TRUTH, sim)
+    records = []
+    for i, (req, line) in enumerate(zip(sim, lines, strict=True)):
+        times = sorted(x + rng.uniform(0, jitter_s) for x in line.token_times_s)
+        records.append(RequestRecord(i, "long" if req.prompt_len > 4000 else "short",
+                                     req.prompt_len, req.output_len, req.arrival_s,
+                                     sent_s=req.arrival_s, chunk_times_s=times,
+                                     chunk_tokens=[1] * len(times), prompt_tokens=req.prompt_len,
+                                     output_tokens=req.output_len, success=True))  # fmt: skip
+    return RealLevel(KNOBS, rate_rps, records)
+
+
+def test_the_fit_reproduces_what_clients_saw_at_a_rate_it_never_saw():
+    fitted = fit_served([served_level(4.0, 0, 0.006), served_level(8.0, 1, 0.006)], SHAPE)
+    assert fitted is not None and fitted.mean_rel_error < 0.1
+    # Held out: another seed and rate, no jitter. Each request's decode span and TTFT.
+    held = served_level(6.0, 7, 0.0)
+    sim = [SimRequest(r.sent_s, r.prompt_len, r.output_tokens) for r in held.records]
+    mine = simulate(EngineConfig(**KNOBS), SHAPE, fitted.model, sim)
+    real_span = np.array([r.chunk_times_s[-1] - r.chunk_times_s[0] for r in held.records])
+    my_span = np.array([t.token_times_s[-1] - t.token_times_s[0] for t in mine])
+    long_spans = real_span > 0.05
+    assert np.median(np.abs(my_span - real_span)[long_spans] / real_span[long_spans]) < 0.1
+    real_ttft = np.array([r.chunk_times_s[0] - r.sent_s for r in held.records])
+    my_ttft = np.array([t.token_times_s[0] - t.arrival_s for t in mine])
+    assert abs(np.percentile(my_ttft, 99) / np.percentile(real_ttft, 99) - 1) < 0.2
+
+
+def test_too_few_finished_requests_fit_nothing():
+    level = served_level(4.0, 0, 0.0)
+    assert fit_served([RealLevel(KNOBS, 4.0, level.records[:3])], SHAPE) is None
