@@ -25,6 +25,7 @@ from tuner.search.confirm import (
     choose,
     choose_robust,
     default_at_rate,
+    restart_order,
     worth_checking,
 )
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
@@ -244,11 +245,13 @@ async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candi
     s = run.settings
     confirmer = Confirmer(run.meter, run.files, run.mode, s.rate_rps, seed=s.seed,
                           step_factor=1 + s.rel_tol)  # fmt: skip
+    frozen = {t.number: t for t in top_trials(run.study, s.top_k, run.mode)}
+    top = [view.trial(n) for n in frozen]
     out = []
-    for frozen in top_trials(run.study, s.top_k, run.mode):
-        level_s = run.meter.expected_level_s(s.rate_rps or frozen.value or 1.0)
+    for trial in restart_order(top, getattr(run.target, "running_knobs", None)):
+        level_s = run.meter.expected_level_s(s.rate_rps or frozen[trial.number].value or 1.0)
         deadline = budget.level_deadline_s(level_s)
-        out.append(await confirmer.confirm(view.trial(frozen.number), s.repeats, deadline))
+        out.append(await confirmer.confirm(trial, s.repeats, deadline))
     return out
 
 

@@ -34,3 +34,20 @@ async def test_an_overstated_capacity_steps_down_to_a_rate_that_holds(tmp_path):
     assert verdict.rate_rps == cand.confirmed_rps and verdict.clears
     assert verdict.served_fraction >= 0.85 and all(t.clears for t in verdict.terms)
     assert choose([cand]) is cand
+
+
+def test_confirmation_starts_the_fewest_servers_the_running_config_first_the_default_last():
+    from tuner.search.confirm import restart_order
+
+    def trial(n: int, role: Role, budget: int) -> TrialRecord:
+        return TrialRecord(n, TrialState.COMPLETE, role, {"max_num_batched_tokens": budget})
+
+    default, a, b = (
+        trial(0, Role.DEFAULT, 2048),
+        trial(1, Role.SCREENED, 256),
+        trial(2, Role.SEARCH, 512),
+    )
+    order = restart_order([default, a, b], running={"max_num_batched_tokens": 512})
+    assert [t.number for t in order] == [2, 1, 0]
+    # No server up (the built-in engine): the search's order, the default still last.
+    assert [t.number for t in restart_order([default, a, b], None)] == [1, 2, 0]
