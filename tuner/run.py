@@ -264,9 +264,12 @@ async def check_same_traffic(
     if not worth_checking(run.mode, chosen, default, run.settings.repeats):
         return None
     assert chosen is not None and default is not None
-    if not budget.fits(run.meter.expected_level_s(chosen.verdict.rate_rps)):
+    level_s = run.meter.expected_level_s(chosen.verdict.rate_rps)
+    if not budget.fits(level_s):
         return None
-    return await default_at_rate(run.meter, run.files, default.knobs, chosen, run.settings.seed)
+    draws = 1 + run.settings.repeats  # as many as the recommendation's pooled runs
+    return await default_at_rate(run.meter, run.files, default.knobs, chosen, run.settings.seed,
+                                 draws, budget.level_deadline_s(0.0))  # fmt: skip
 
 
 def save_server_starts(run: TuneRun) -> None:

@@ -44,12 +44,15 @@ class LevelSettings:
     duration_s: float | None = None
     min_requests: int = 20
 
-    def requests_at(self, requests: Sequence[RequestSpec], rate_rps: float) -> list[RequestSpec]:
-        """The prefix of the request list a level at this rate replays."""
+    def requests_at(self, requests: Sequence[RequestSpec], rate_rps: float,
+                    draw: int = 0) -> list[RequestSpec]:  # fmt: skip
+        """The stretch of the request list a level at this rate replays: its prefix, or for
+        another draw the next stretch as long (wrapping around the list)."""
         if self.duration_s is None or not math.isfinite(rate_rps):
             return list(requests)
-        n = max(self.min_requests, math.ceil(rate_rps * self.duration_s))
-        return list(requests[:n])
+        n = min(len(requests), max(self.min_requests, math.ceil(rate_rps * self.duration_s)))
+        start = (draw * n) % len(requests) if requests else 0
+        return [*requests[start:], *requests[:start]][:n]
 
     def expected_s(self, requests: Sequence[RequestSpec], rate_rps: float) -> float:
         """Expected wall time of one level at this rate: its arrivals plus the drain."""
@@ -156,14 +159,19 @@ class Meter:
     rules: VerdictRules = field(default_factory=VerdictRules)
     clock: Clock = time.monotonic
 
-    async def level(self, rate_rps: float) -> LevelRun:
+    async def level(self, rate_rps: float, draw: int = 0) -> LevelRun:
         """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
-        it raises `ClientLagError` instead of reporting the server as failing."""
+        it raises `ClientLagError` instead of reporting the server as failing.
+
+        Draw 0 is the search's: every config meets the same requests at the same times, so
+        configs differ by what they do, not by luck. A p99 over one level's requests belongs
+        to that draw, though, so a re-measurement takes another (`draw` > 0): other requests,
+        other arrival times."""
         s = self.settings
-        requests = s.requests_at(self.requests, rate_rps)
-        offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests), seed=s.seed,
-                                  burstiness=s.burstiness)  # fmt: skip
+        requests = s.requests_at(self.requests, rate_rps, draw)
+        offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
+                                  seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip
         for _ in range(LAG_TRIES):
             start_s = self.clock()
             replay = await self.target.replay(requests, offsets, s.replay)

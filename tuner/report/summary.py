@@ -101,8 +101,10 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     if not same:
         return None
     rate, d = same["rate_rps"], same["default"]
+    draws = d.get("draws", 1)
+    measured = "measured once" if draws == 1 else f"{draws} arrival draws pooled"
     if d["meets_slo"]:
-        return f"At {rate:.2f} req/s the vLLM default also meets the SLO (measured once)."
+        return f"At {rate:.2f} req/s the vLLM default also meets the SLO ({measured})."
     parts = [f"{t['metric']} {_ms(t['value_ms'])} (limit {t['limit_ms']:g} ms; {_certainty(t)})"
              for t in missed_terms(d)]  # fmt: skip
     if not d["kept_up"]:
@@ -110,7 +112,8 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     if d["error_rate"] > 0:
         parts.append(f"{d['error_rate']:.1%} of requests failed")
     why = "; ".join(parts) or "it did not hold the SLO"
-    return f"At the recommended {rate:.2f} req/s the vLLM default misses the SLO: {why}."
+    return (f"At the recommended {rate:.2f} req/s the vLLM default misses the SLO "
+            f"({measured}): {why}.")  # fmt: skip
 
 
 def _ms(value_ms: float | None) -> str:

@@ -53,8 +53,8 @@ class Confirmer:
                 return False
             if measured == 0:
                 await self.meter.target.apply(trial.knobs)
-            run = await self.meter.level(at_rps)
             measured += 1
+            run = await self.meter.level(at_rps, draw=measured)  # not the search's draw
             self.files.write_confirm_run(trial.number, measured, run)
             runs.append(run.run())
             return True
@@ -158,11 +158,20 @@ def worth_checking(
 
 
 async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, chosen: Candidate,
-                          seed: int = 0) -> SameRateCheck:  # fmt: skip
-    """Measure the default once at the recommendation's confirmed rate."""
+                          seed: int = 0, draws: int = 1,
+                          end_s: float | None = None) -> SameRateCheck:  # fmt: skip
+    """Measure the default at the recommendation's confirmed rate on up to `draws` arrival
+    draws (the search's and fresh ones, as many as the recommendation pooled), judged pooled;
+    a draw after the first starts only if one as long as the last still ends by `end_s`."""
     rate = chosen.verdict.rate_rps
     await meter.target.apply(default_knobs)
-    run = await meter.level(rate)
-    files.write_records(files.root / SAME_RATE_RECORDS, run.records)
-    default = judge_runs([run.run()], meter.slo, meter.rules, rate, seed)
-    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats)
+    started = meter.clock()
+    runs = [await meter.level(rate)]
+    while len(runs) < draws:
+        last_s, started = meter.clock() - started, meter.clock()
+        if end_s is not None and started + last_s > end_s:
+            break
+        runs.append(await meter.level(rate, draw=len(runs)))
+    files.write_records(files.root / SAME_RATE_RECORDS, [r for run in runs for r in run.records])
+    default = judge_runs([run.run() for run in runs], meter.slo, meter.rules, rate, seed)
+    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs))

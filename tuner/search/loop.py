@@ -72,7 +72,8 @@ class ConfirmPlan:
         top = top_trials(study, self.top_k, self.mode, trials)
         rates = [self.rate_rps or t.value or 1.0 for t in top]
         level_s = self.meter.expected_level_s
-        same_rate_s = level_s(max(rates)) if rates and capacity else 0.0
+        # The default at the best rate, on as many draws as the best's pooled runs.
+        same_rate_s = (1 + self.repeats) * level_s(max(rates)) if rates and capacity else 0.0
         return REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
 
 

@@ -120,9 +120,10 @@ class SameRateCheck:
     """The default measured at the recommended config's confirmed rate, beside the latter."""
 
     rate_rps: float
-    default: LevelVerdict  # one run, terms with intervals
+    default: LevelVerdict  # its runs pooled, terms with intervals
     recommended: LevelVerdict
     recommended_repeats: int
+    default_draws: int = 1  # arrival draws the default's verdict pools
 
 
 @dataclass(slots=True)

@@ -41,3 +41,14 @@ async def test_no_level_starts_past_the_deadline_on_the_injected_clock(sim_targe
     deadline = fake_clock() + 1.0  # passes during the first level
     result = await meter(sim_target, fake_clock).capacity(RateSearchSettings(1.0), deadline)
     assert len(result.levels) == 1 and result.outcome is Outcome.RUNNING
+
+
+def test_another_draw_replays_the_next_stretch_of_the_list_and_wraps():
+    from tuner.measure.meter import LevelSettings
+
+    settings = LevelSettings(duration_s=1.0, min_requests=4)
+    requests = list(range(10))
+    assert settings.requests_at(requests, 4.0) == [0, 1, 2, 3]
+    assert settings.requests_at(requests, 4.0, draw=1) == [4, 5, 6, 7]
+    assert settings.requests_at(requests, 4.0, draw=2) == [8, 9, 0, 1]
+    assert settings.requests_at(requests, 40.0, draw=3) == requests  # never more than the list

@@ -6,7 +6,7 @@ from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
 from tuner.measure.judge import judge_runs
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelSettings, Meter
 from tuner.report.render import render_markdown
 from tuner.report.summary import same_rate_sentence
 from tuner.search.confirm import default_at_rate
@@ -88,3 +88,28 @@ def test_a_miss_the_interval_does_not_settle_is_stated_as_a_point_estimate():
     sentence = same_rate_sentence(same)
     assert "tpot_p99 51.9 ms (limit 30 ms; 95% interval 20.3-164.1 ms:" in sentence
     assert "does not settle it" in sentence
+
+
+async def test_the_default_is_judged_on_as_many_arrival_draws_as_the_recommendation(tmp_path):
+    """A p99 over one level belongs to its draw: the default gets the search's draw and a
+    fresh one (the recommendation's pooled runs are its search level and one repeat), pooled."""
+    slo = parse_slo("tpot_p99=60s")
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    requests = build_workload("random", num_requests=16, input_len=64, output_len=8).requests
+    files = RunFiles(tmp_path)
+    files.ensure()
+    meter = Meter(target, requests, slo, LevelSettings(duration_s=1.0, min_requests=8),
+                  rules_for(Mode.CAPACITY, False))  # fmt: skip
+    try:
+        run = await meter.level(RATE)
+        verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
+        chosen = Candidate(3, Role.SEARCH, dict(target.knobs.defaults), RATE, verdict, 1, RATE)
+        same = same_rate_json(await default_at_rate(meter, files, target.knobs.defaults, chosen,
+                                                    draws=2))  # fmt: skip
+    finally:
+        await target.close()
+    assert same["default"]["draws"] == 2
+    indices = [int(line.split('"index": ')[1].split(",")[0])
+               for line in (tmp_path / SAME_RATE_RECORDS).read_text().splitlines()]  # fmt: skip
+    assert sorted(indices) == list(range(16))  # two stretches of the list, not one twice
+    assert "2 arrival draws pooled" in same_rate_sentence(same)
