@@ -45,7 +45,9 @@ def parse_duration(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     # fmt: off
     p = argparse.ArgumentParser(prog="tune", description=__doc__, epilog="`tune report RUN_DIR` "
-                                "rebuilds a run's report. docs/tuner.md has the details.")
+                                "rebuilds a run's report; `tune profile` saves a target's "
+                                "step-time model; `tune bench` gates a suite in CI. "
+                                "docs/tuner.md has the details.")
     p.add_argument("--slo", help="e.g. tpot_p99=30ms,ttft_p99=2s (required unless --resume)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run with its saved settings")
     w = p.add_argument_group("workload")
@@ -211,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
             from tuner.bench.cli import main as bench_main
 
             return bench_main(argv[1:])
+        if argv[:1] == ["profile"]:
+            from tuner.sim.profile_cli import main as profile_main
+
+            return profile_main(argv[1:])
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
         from tuner.run import run_tune

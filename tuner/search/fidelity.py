@@ -66,6 +66,7 @@ class Simulator:
     ranked: list[Screened] = field(default_factory=list)
     fit_size: int = 0  # steps (or request spans) the model was fitted on
     fit_error: float = 0.0  # the fit's median (spans: mean) relative error on them
+    fit_p90_error: float = 0.0
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
@@ -109,6 +110,7 @@ class Simulator:
             self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
             report = fit(self.steps.samples)
             self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
+            self.fit_p90_error = report.p90_rel_error
             return shape, report.model
         if _serves_like_vllm(self.target) and levels:
             shape = self.target.sim_shape()  # type: ignore[attr-defined]
@@ -116,6 +118,7 @@ class Simulator:
             spans = fit_served(levels, shape, start)
             if spans is not None:
                 self.fit_size, self.fit_error = spans.num_spans, spans.mean_rel_error
+                self.fit_p90_error = spans.p90_rel_error
                 self.source = (f"fitted on {spans.num_spans} request spans in {len(levels)} "
                                f"levels vLLM served (mean span error "
                                f"{spans.mean_rel_error:.0%})")  # fmt: skip

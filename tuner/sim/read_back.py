@@ -38,6 +38,7 @@ class SpanFit:
     model: CostModel
     num_spans: int
     mean_rel_error: float  # of the simulated spans against the real ones (floored at FLOOR_S)
+    p90_rel_error: float
     rounds: int
 
 
@@ -48,9 +49,13 @@ class _Round:
     seconds: np.ndarray
 
     @property
-    def error(self) -> float:
+    def errors(self) -> np.ndarray:
         predicted = self.rows @ _vector(self.model)
-        return float(np.mean(np.abs(predicted - self.seconds) / np.maximum(self.seconds, FLOOR_S)))
+        return np.abs(predicted - self.seconds) / np.maximum(self.seconds, FLOOR_S)
+
+    @property
+    def error(self) -> float:
+        return float(np.mean(self.errors))
 
 
 def fit_served(levels: Sequence[RealLevel], shape: SimEngine,
@@ -81,7 +86,8 @@ def fit_served(levels: Sequence[RealLevel], shape: SimEngine,
             current = better or current
             break
         current = better
-    return SpanFit(current.model, len(current.seconds), current.error, rounds)
+    p90 = float(np.quantile(current.errors, 0.9))
+    return SpanFit(current.model, len(current.seconds), current.error, p90, rounds)
 
 
 def _round(levels: Sequence[RealLevel], shape: SimEngine, model: CostModel) -> _Round:

@@ -75,3 +75,18 @@ def test_tune_on_real_vllm_counts_its_starts_and_its_flags_start_vllm(folder, tm
     log = Path(tmp_path / "v.log").read_text()
     if flags:
         assert "max_num_batched_tokens" in log or "max-num-batched-tokens" in log
+
+
+def test_profile_of_real_vllm_is_fitted_on_what_its_clients_saw(folder, tmp_path):
+    from tuner.sim.profile import Profile
+
+    out = tmp_path / "vllm.json"
+    argv = ["profile", "--engine", "vllm", "--model", str(folder), "--vllm-command", command(),
+            "--num-requests", "120", "--level-seconds", "4", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    profile = Profile.load(out)
+    assert profile.engine.startswith("vLLM 0.32") and Path(profile.model).name == folder.name
+    assert profile.shape.block_size == 128  # vLLM's CPU block, and its logged KV size
+    assert profile.shape.num_kv_blocks * 128 >= 8192
+    coef = profile.model_cost.to_json()["coefficients"]
+    assert coef["step"] > 0 and profile.steps > 100 and profile.median_rel_error < 0.3
