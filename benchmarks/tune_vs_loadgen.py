@@ -38,14 +38,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: argparse.Namespace, port: int, log: Path) -> subprocess.Popen:
+def start_server(args: argparse.Namespace, port: int, log: Path,
+                 flags: list[str] | None = None) -> subprocess.Popen:  # fmt: skip
+    """The server on 127.0.0.1:port; `flags` go to vLLM as they are (a report's flags)."""
     if args.vllm_folder:
         sys.path.insert(0, str(ROOT))
         from tuner.targets.vllm import default_command, server_env
 
         argv = [*shlex.split(args.vllm_command or default_command()), "--model",
                 args.vllm_folder, "--served-model-name", "m", "--host", "127.0.0.1",
-                "--port", str(port), "--no-enable-prefix-caching"]  # fmt: skip
+                "--port", str(port), "--no-enable-prefix-caching", *(flags or [])]  # fmt: skip
         env = server_env()
     else:
         argv = [str(BIN / "engine-lite"), "serve", "--model", "tiny", "--served-model-name",
@@ -75,11 +77,11 @@ def tune_capacity(url: str, run_dir: Path) -> dict[str, Any]:
             "rate_rps": default["rate_rps"]}  # fmt: skip
 
 
-def loadgen(url: str, rate: float, seed: int) -> dict[str, Any]:
+def loadgen(url: str, rate: float, seed: int, slo: str = SLO) -> dict[str, Any]:
     n = max(20, math.ceil(rate * LEVEL_S))  # what one tune level at this rate replays
     argv = [str(BIN / "loadgen"), "--url", url, "--model", "m", "--workload", "mixed",
             "--num-requests", str(n), "--rate", f"{rate:.4f}", "--seed", str(seed),
-            "--slo", SLO, "--json", "--no-progress"]  # fmt: skip
+            "--slo", slo, "--json", "--no-progress"]  # fmt: skip
     rec = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     return {"rate_rps": rate, "requests": n, "slo_met": rec["slo_met"],
             "tpot_p99_ms": rec["p99_tpot_ms"], "schedule_ok": rec["schedule_ok"]}  # fmt: skip

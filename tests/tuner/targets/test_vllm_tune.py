@@ -82,7 +82,8 @@ def test_profile_of_real_vllm_is_fitted_on_what_its_clients_saw(folder, tmp_path
 
     out = tmp_path / "vllm.json"
     argv = ["profile", "--engine", "vllm", "--model", str(folder), "--vllm-command", command(),
-            "--num-requests", "120", "--level-seconds", "4", "--out", str(out), "--quiet"]  # fmt: skip
+            "--num-requests", "120", "--level-seconds", "4", "--out", str(out),
+            "--quiet"]  # fmt: skip
     assert main(argv) == 0
     profile = Profile.load(out)
     assert profile.engine.startswith("vLLM 0.32") and Path(profile.model).name == folder.name
