@@ -1,0 +1,85 @@
+"""Does a `tune --engine vllm` recommendation hold on vLLM when measured again, independently?
+
+Reads a run's recommendation.json, starts real vLLM with exactly the recommended flags, and has
+the standalone `loadgen` CLI replay the workload at the recommended rate `--repeats` times
+(seeds 0, 1, ...: other arrival draws than tune's). Then it starts vLLM with no knob flags (its
+own default) and replays the same rate, the default's capacity that tune reported, and 1.5x
+that. The recommendation holds when it meets the SLO in every run at its rate while the
+default misses there; tune's default capacity agrees with loadgen when loadgen meets the SLO
+there in most runs and misses it at 1.5x.
+
+    .venv/bin/python benchmarks/vllm_remeasure.py RUN_DIR --vllm-folder DIR [--repeats 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_vs_loadgen import free_port, loadgen, start_server
+
+
+def runs(url: str, rate: float, repeats: int, slo: str) -> list[dict[str, Any]]:
+    return [loadgen(url, rate, seed, slo) for seed in range(repeats)]
+
+
+def measure(args: argparse.Namespace, flags: str, rates: dict[str, float], slo: str
+            ) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(args, port, Path(tmp) / "server.log", shlex.split(flags))
+        try:
+            return {name: runs(url, rate, args.repeats, slo) for name, rate in rates.items()}
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=60)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--vllm-folder", required=True, help="the model folder the run served")
+    p.add_argument("--vllm-command", help="vLLM server command prefix")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    rec = json.loads((Path(args.run_dir) / "recommendation.json").read_text())
+    slo, rate = rec["slo"], rec["best"]["capacity_rps"]
+    default_rps = rec["default"]["capacity_rps"]
+    # The report's flags, exactly as a user would paste them.
+    best = measure(args, rec["flags"]["vllm"], {"recommended_at_its_rate": rate}, slo)
+    default_rates = {"default_at_recommended_rate": rate, "default_at_its_capacity": default_rps,
+                     "default_at_1_5x_its_capacity": 1.5 * default_rps}  # fmt: skip
+    default = measure(args, "", default_rates, slo)
+    met = {k: sum(r["slo_met"] for r in v) for k, v in {**best, **default}.items()}
+    n = args.repeats
+    result = {
+        "run": args.run_dir, "slo": slo, "recommended": rec["best"]["config"],
+        "recommended_rps": rate, "default_rps": default_rps, "runs": {**best, **default},
+        "met": met,
+        "recommendation_holds": met["recommended_at_its_rate"] == n
+        and met["default_at_recommended_rate"] == 0,
+        "default_capacity_agrees": met["default_at_its_capacity"] * 2 > n
+        and met["default_at_1_5x_its_capacity"] * 2 < n,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for name, values in result["runs"].items():
+        tpot = ", ".join(f"{r['tpot_p99_ms']:.1f}" for r in values)
+        print(f"{name:32s} {values[0]['rate_rps']:6.2f} req/s: SLO met {met[name]}/{n} "
+              f"(tpot_p99 {tpot} ms)")  # fmt: skip
+    print(f"recommendation holds: {result['recommendation_holds']}; "
+          f"default capacity agrees: {result['default_capacity_agrees']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
