@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,55 @@ class HttpLevels:
         return ServerLost(why, records)
 
 
-class LaunchTarget(HttpLevels):
+class ServerPerConfig(HttpLevels):
+    """A server this run starts for each config (in its own process group) and stops before
+    the next; subclasses say how a config's server starts (`server_for`)."""
+
+    def __init__(self, url: str, model: str, endpoint: str, prom: PrometheusProbe | None) -> None:
+        super().__init__(url, model, endpoint, prom)
+        self.starts: list[tuple[Knobs, float]] = []  # each start's config and seconds to /health
+        self._server: LaunchedServer | None = None
+        self._knobs: Knobs = {}
+
+    def server_for(self, config: Knobs, number: int) -> LaunchedServer:
+        """The (not yet started) server of this config, the run's `number`-th start."""
+        raise NotImplementedError
+
+    async def apply(self, knobs: Knobs) -> None:
+        config = self.knobs.complete(knobs)  # type: ignore[attr-defined]
+        if self._server is not None and config == self._knobs and self._server.alive:
+            return  # same config as the running server: no restart
+        await self._stop_server()
+        self._knobs = config
+        self._server = self.server_for(config, len(self.starts) + 1)
+        started = time.monotonic()
+        await self._server.start()
+        self.starts.append((config, time.monotonic() - started))
+
+    @property
+    def running_knobs(self) -> Knobs | None:
+        """The config of the server that is up now (None when none is)."""
+        return self._knobs if self._server is not None and self._server.alive else None
+
+    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
+        if self._server is not None and (exited := self._server.exit_reason()) is not None:
+            return exited
+        return await super().gone(records)
+
+    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
+        return ServerLost(why, records, restartable=True)  # the next config starts its own
+
+    async def _stop_server(self) -> None:
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+
+    async def close(self) -> None:
+        await self._stop_server()
+        await self._loader.close()
+
+
+class LaunchTarget(ServerPerConfig):
     """Starts the user's server command per config; it sets the knobs the command names as
     placeholders, the others stay at vLLM's defaults."""
 
@@ -195,39 +244,11 @@ class LaunchTarget(HttpLevels):
                                 max_model_len)  # fmt: skip
         self.health_timeout_s = health_timeout_s
         self.log_dir = log_dir
-        self._launches = 0
-        self._server: LaunchedServer | None = None
-        self._knobs: Knobs = {}
 
-    async def apply(self, knobs: Knobs) -> None:
-        config = self.knobs.complete(knobs)
-        if self._server is not None and config == self._knobs and self._server.alive:
-            return  # same config as the running server: no restart
-        await self._stop_server()
-        self._knobs = config
-        self._launches += 1
-        log = self.log_dir / f"server-{self._launches:03d}.log" if self.log_dir else None
-        self._server = LaunchedServer(self.spec.argv(config), self.url,
-                                      health_timeout_s=self.health_timeout_s,
-                                      log_path=log)  # fmt: skip
-        await self._server.start()
-
-    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
-        if self._server is not None and (exited := self._server.exit_reason()) is not None:
-            return exited
-        return await super().gone(records)
-
-    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
-        return ServerLost(why, records, restartable=True)  # the next config starts its own
-
-    async def _stop_server(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
-
-    async def close(self) -> None:
-        await self._stop_server()
-        await self._loader.close()
+    def server_for(self, config: Knobs, number: int) -> LaunchedServer:
+        log = self.log_dir / f"server-{number:03d}.log" if self.log_dir else None
+        return LaunchedServer(self.spec.argv(config), self.url,
+                              health_timeout_s=self.health_timeout_s, log_path=log)  # fmt: skip
 
 
 class UrlTarget(HttpLevels):

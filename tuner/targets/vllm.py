@@ -16,19 +16,16 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine_lite.sim import SimEngine
-from loadgen import RequestRecord
 from tuner.errors import TuneError
 from tuner.report.summary import vllm_flags
-from tuner.targets.base import ServerLost, TargetFacts, TargetKind
+from tuner.targets.base import TargetFacts, TargetKind
 from tuner.targets.builtin import engine_defaults, local_device
-from tuner.targets.http import HttpLevels
+from tuner.targets.http import ServerPerConfig
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace, knobs_to_json
 from tuner.targets.launch import LaunchedServer
 
@@ -102,7 +99,7 @@ class VllmOptions:
     extra_args: str = ""  # more `vllm serve` flags, the same for every trial
 
 
-class VllmTarget(HttpLevels):
+class VllmTarget(ServerPerConfig):
     """vLLM started per config; it sets the knobs its flags name, the others keep defaults."""
 
     def __init__(self, options: VllmOptions) -> None:
@@ -130,33 +127,17 @@ class VllmTarget(HttpLevels):
                           "--no-enable-prefix-caching",
                           *shlex.split(options.extra_args)]  # fmt: skip
         self.options = options
-        self.starts: list[tuple[Knobs, float]] = []  # each start's config and seconds to /health
-        self._server: LaunchedServer | None = None
-        self._knobs: Knobs = {}
 
     def argv(self, knobs: Knobs) -> list[str]:
         """The command a config starts: the base, then exactly the flags a report prints."""
         return [*self.base_argv, *shlex.split(vllm_flags(self.knobs.complete(knobs)))]
 
-    async def apply(self, knobs: Knobs) -> None:
-        config = self.knobs.complete(knobs)
-        if self._server is not None and config == self._knobs and self._server.alive:
-            return  # same config as the running server: no restart
-        await self._stop_server()
-        self._knobs = config
+    def server_for(self, config: Knobs, number: int) -> LaunchedServer:
         log_dir = self.options.log_dir
-        log = log_dir / f"vllm-{len(self.starts) + 1:03d}.log" if log_dir else None
-        self._server = LaunchedServer(self.argv(config), self.url,
-                                      health_timeout_s=self.options.health_timeout_s,
-                                      log_path=log, env=server_env())  # fmt: skip
-        started = time.monotonic()
-        await self._server.start()
-        self.starts.append((config, time.monotonic() - started))
-
-    @property
-    def running_knobs(self) -> Knobs | None:
-        """The config of the server that is up now (None when none is)."""
-        return self._knobs if self._server is not None and self._server.alive else None
+        log = log_dir / f"vllm-{number:03d}.log" if log_dir else None
+        return LaunchedServer(self.argv(config), self.url,
+                              health_timeout_s=self.options.health_timeout_s, log_path=log,
+                              env=server_env())  # fmt: skip
 
     def sim_shape(self) -> SimEngine:
         """The simulated engine: vLLM's block size, its context, and the KV cache its last
@@ -180,23 +161,6 @@ class VllmTarget(HttpLevels):
     def start_log(self) -> list[dict[str, Any]]:
         """Each vLLM start of this run: its config and seconds from launch to /health."""
         return [{"config": knobs_to_json(k), "seconds": round(s, 1)} for k, s in self.starts]
-
-    async def gone(self, records: Sequence[RequestRecord]) -> str | None:
-        if self._server is not None and (exited := self._server.exit_reason()) is not None:
-            return exited
-        return await super().gone(records)
-
-    def lost(self, why: str, records: Sequence[RequestRecord]) -> ServerLost:
-        return ServerLost(why, records, restartable=True)  # the next config starts its own
-
-    async def _stop_server(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
-
-    async def close(self) -> None:
-        await self._stop_server()
-        await self._loader.close()
 
 
 def _knob_space(flags: frozenset[str]) -> KnobSpace:
