@@ -10,8 +10,11 @@ and 80% of the real capacity (one level each, the same request list and arrivals
 
 `--json` prints relative errors as fractions keyed by target, workload and figure
 (`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
-every measurement under `detail`. Only the built-in engine has a simulator without a profile
-file; vLLM needs `tune profile` for it, which this script does not run.
+every measurement under `detail`. With `--vllm-folder DIR` real vLLM 0.32 serving that folder
+is measured too, its simulator fitted as `tune --engine vllm` fits it (on the default's levels,
+from what the clients saw); each vLLM config is one server start.
+
+    .venv/bin/python benchmarks/sim_vs_real.py --vllm-folder DIR --json
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
 from tuner.sim.calibrate import RealLevel
 from tuner.store.records import Mode, rules_for
 from tuner.targets.factory import TargetOptions, open_target
+from tuner.targets.vllm import VllmOptions, VllmTarget
 
 SLO = "tpot_p99=30ms"
 # Held out: neither the default (2048, fitted on) nor the small calibration budget.
@@ -64,7 +68,8 @@ async def fitted(target: Any, meter: Meter, space: Any) -> fidelity.Simulator:
     default = await meter.capacity(search)
     levels = [RealLevel(space.default_config(), r.level.rate_rps, r.records)
               for r in default.levels]  # fmt: skip
-    await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
+    if simulator.steps is not None:  # the built-in engine: chunked steps of every size too
+        await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
     assert await simulator.fit(meter, levels), "too few steps to fit"
     simulator.recording(False)  # nothing measured from here on reaches the fit
     return simulator
@@ -107,9 +112,9 @@ def worst(rows: list[dict[str, Any]], figure: str) -> float | None:
     return max(values) if values else None
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Fit the target's simulator on the default, then compare it on the held-out configs."""
     settings = TuneSettings(slo=SLO)
-    target = open_target(TargetOptions(model="tiny"))
     facts = target.facts
     n = args.num_requests or settings.resolved_num_requests(facts.device)
     level = LevelSettings(duration_s=args.level_s, min_requests=MIN_REQUESTS_PER_LEVEL)
@@ -126,13 +131,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         sim = await fitted(target, base, space)
         configs = HELD_OUT[:1] if args.quick else HELD_OUT
-        result: dict[str, Any] = {
-            "builtin": {},
-            "detail": [],
-            "fit": sim.source,
-            "vllm": None,
-            "vllm_why": "no vLLM profile driver here yet",
-        }
+        out: dict[str, Any] = {"fit": sim.source, "errors": {}, "detail": []}
         for name in args.workloads:
             meter = meter_for(name)
             sim.meter = dataclasses.replace(sim.meter, requests=meter.requests)
@@ -142,13 +141,25 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     {**space.default_config(), **knobs}), name)  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row, default=str), file=sys.stderr)
-            result["detail"] += rows
-            result["builtin"][name] = {
+            out["detail"] += rows
+            out["errors"][name] = {
                 f: worst(rows, f) for f in ("capacity_err", "tpot_p99_err", "ttft_p99_err")
             }
-        return result
+        return out
     finally:
         await target.close()
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    builtin = await measure_target(open_target(TargetOptions(model="tiny")), args)
+    result: dict[str, Any] = {"builtin": builtin["errors"], "builtin_fit": builtin["fit"],
+                              "vllm": None, "detail": builtin["detail"]}  # fmt: skip
+    if args.vllm_folder:
+        target = VllmTarget(VllmOptions(args.vllm_folder, command=args.vllm_command))
+        vllm = await measure_target(target, args)
+        result.update(vllm=vllm["errors"], vllm_fit=vllm["fit"])
+        result["detail"] += [{"target": "vllm", **row} for row in vllm["detail"]]
+    return result
 
 
 def main() -> None:
@@ -157,15 +168,18 @@ def main() -> None:
     p.add_argument("--num-requests", type=int, default=None)
     p.add_argument("--level-s", type=float, default=TuneSettings(slo=SLO).level_s)
     p.add_argument("--quick", action="store_true", help="one held-out config (a smoke run)")
+    p.add_argument("--vllm-folder", help="also real vLLM serving this Hugging Face folder")
+    p.add_argument("--vllm-command", help="vLLM server command prefix (default: found)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     result = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return
-    for wl, errs in result["builtin"].items():
-        print(f"builtin / {wl}: " + ", ".join(f"{k} {v:.1%}" if v is not None else f"{k} -"
-                                            for k, v in errs.items()))  # fmt: skip
+    for target in ("builtin", "vllm"):
+        for wl, errs in (result[target] or {}).items():
+            figures = [f"{k} {v:.1%}" if v is not None else f"{k} -" for k, v in errs.items()]
+            print(f"{target} / {wl}: " + ", ".join(figures))
 
 
 if __name__ == "__main__":
