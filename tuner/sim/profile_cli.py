@@ -37,9 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    out = Path(args.out) if args.out else None
-    if out is not None and (out.is_dir() or not out.parent.is_dir()):
-        print(f"error: --out {out} must be a file in an existing folder", file=sys.stderr)
+    out = Path(args.out) if args.out else default_path(args.engine, args.model)
+    try:
+        check_writable(out, given=bool(args.out))
+    except TuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     engine = {} if args.engine == "vllm" else {"device": args.device}
     options = TargetOptions(model=args.model, engine=engine, max_model_len=args.max_model_len,
@@ -51,17 +53,33 @@ def main(argv: list[str]) -> int:
     say = (lambda _: None) if args.quiet or args.json else _progress
     try:
         profile = asyncio.run(make_profile(request, say))
-        path = out or default_path(profile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        profile.save(path)
+        profile.save(out)
     except TuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(profile.to_json(), indent=2))
     else:
-        say(f"wrote {path} ({profile.engine} on {profile.device}, model {profile.model})")
+        say(f"wrote {out} ({profile.engine} on {profile.device}, model {profile.model})")
     return 0
+
+
+def check_writable(path: Path, given: bool) -> None:
+    """Fail before measuring, not after: the folder must exist (or be ours to make) and take
+    a file."""
+    flag = "--out" if given else "the default profile path"
+    if path.is_dir() or (given and not path.parent.is_dir()):
+        raise TuneError(f"{flag} {path} must be a file in an existing folder; pass another --out")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise TuneError(f"{flag} {path} cannot be written ({exc.strerror}); pass another "
+                        "--out") from None  # fmt: skip
 
 
 def _progress(line: str) -> None:

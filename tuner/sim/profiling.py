@@ -102,7 +102,7 @@ async def _profile(target: Target, request: ProfileRequest, progress: ProgressFn
                       simulator.sim.engine)  # fmt: skip
 
 
-def default_path(profile: Profile) -> Path:
-    engine = profile.engine.split(",", 1)[0].split(" (", 1)[0].replace(" ", "-")
-    model = Path(profile.model).name.replace(" ", "-")
-    return Path("results") / f"profile-{engine}-{model}.json"
+def default_path(engine: str, model: str) -> Path:
+    """results/profile-ENGINE-MODEL.json for `tune profile --engine ENGINE --model MODEL`."""
+    name = "vllm" if engine == "vllm" else "engine_lite"
+    return Path("results") / f"profile-{name}-{Path(model).name.replace(' ', '-')}.json"

@@ -33,3 +33,8 @@ def test_a_profile_to_an_impossible_place_is_one_line_before_measuring(tmp_path)
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: --out") and "existing folder" in proc.stderr
+    # A folder that exists but takes no file (here /proc) fails before anything is measured.
+    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "profile", "--out", "/proc/p.json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "cannot be written" in proc.stderr
