@@ -25,6 +25,7 @@ from tuner.search.confirm import (
     choose,
     choose_robust,
     default_at_rate,
+    repooled,
     restart_order,
     worth_checking,
 )
@@ -132,6 +133,11 @@ async def confirm(
     chosen = choose_robust(candidates, band) if run.settings.robust else choose(candidates)
     display.set_phase("measuring the default at the recommended rate")
     same_rate = await check_same_traffic(run, view, chosen, budget)
+    if same_rate is not None:  # more measurements of the default: its figures include them
+        default, s = view.with_role(Role.DEFAULT), run.settings
+        assert default is not None
+        candidates = repooled(candidates, default, run.files, run.mode, s.rate_rps, run.meter.slo,
+                              run.meter.rules, same_rate.default_draws, s.seed)  # fmt: skip
     conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
                         log.stopped_by, budget.elapsed_s)  # fmt: skip
     run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
@@ -269,7 +275,7 @@ async def check_same_traffic(
         return None
     draws = 1 + run.settings.repeats  # as many as the recommendation's pooled runs
     return await default_at_rate(run.meter, run.files, default.knobs, chosen, run.settings.seed,
-                                 draws, budget.level_deadline_s(0.0))  # fmt: skip
+                                 draws, budget.level_deadline_s(0.0), default.number)  # fmt: skip
 
 
 def save_server_starts(run: TuneRun) -> None:

@@ -40,6 +40,8 @@ async def test_a_whole_run_finds_the_budget_that_serves_the_most(tmp_path, sim_t
     same = rec["default_at_recommended_rate"]
     assert same["rate_rps"] == best["rate_rps"] and not same["default"]["meets_slo"]
     assert "at that rate the default misses the SLO (tpot_p99" in rec["summary"]
+    # Those draws are measurements of the default too: it claims no capacity above that rate.
+    assert default["capacity_rps"] < best["capacity_rps"]
     # A config that fails at the best capacity so far is pruned after that one level.
     pruned = [t for t in rec["trials"] if t["state"] == "pruned"]
     assert pruned and all(t["levels"] == 1 for t in pruned)

@@ -116,6 +116,19 @@ def build_candidate(
     return cand
 
 
+def repooled(candidates: list[Candidate], default: TrialRecord, files: RunFiles, mode: Mode,
+             rate_rps: float | None, slo: SLO, rules: VerdictRules, draws: int,
+             seed: int = 0) -> list[Candidate]:  # fmt: skip
+    """The candidates with the default judged on every run kept of it, its `draws` at the
+    recommended rate too: a default that missed there cannot claim a capacity above it."""
+    mine = next((c for c in candidates if c.trial == default.number), None)
+    runs = files.search_runs(default) + files.confirm_runs(default.number)
+    rate = candidate_rate(default, mode, rate_rps)
+    repeats = (mine.repeats if mine else 0) + draws
+    fresh = build_candidate(default, runs, rate, repeats, slo, rules, mode, seed)
+    return [c for c in candidates if c.trial != default.number] + [fresh]
+
+
 def restart_order(trials: list[TrialRecord], running: Knobs | None) -> list[TrialRecord]:
     """The order that starts a per-config server (vLLM's 45-75 s) least often: the config
     already running first, the default last, so the same-traffic check that follows finds the
@@ -158,11 +171,13 @@ def worth_checking(
 
 
 async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, chosen: Candidate,
-                          seed: int = 0, draws: int = 1,
-                          end_s: float | None = None) -> SameRateCheck:  # fmt: skip
+                          seed: int = 0, draws: int = 1, end_s: float | None = None,
+                          trial: int | None = None) -> SameRateCheck:  # fmt: skip
     """Measure the default at the recommendation's confirmed rate on up to `draws` arrival
     draws (the search's and fresh ones, as many as the recommendation pooled), judged pooled;
-    a draw after the first starts only if one as long as the last still ends by `end_s`."""
+    a draw after the first starts only if one as long as the last still ends by `end_s`.
+    With the default's `trial`, each draw is kept as one of its re-measurements too, so its
+    own capacity is judged on everything measured of it."""
     rate = chosen.verdict.rate_rps
     await meter.target.apply(default_knobs)
     started = meter.clock()
@@ -173,5 +188,9 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
             break
         runs.append(await meter.level(rate, draw=len(runs)))
     files.write_records(files.root / SAME_RATE_RECORDS, [r for run in runs for r in run.records])
+    if trial is not None:
+        first = len(files.confirm_runs(trial)) + 1
+        for i, run in enumerate(runs):
+            files.write_confirm_run(trial, first + i, run)
     default = judge_runs([run.run() for run in runs], meter.slo, meter.rules, rate, seed)
     return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs))
