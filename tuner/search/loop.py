@@ -62,9 +62,15 @@ class ConfirmPlan:
     repeats: int
     rate_rps: float | None = None  # --rate mode
 
+    def restart_s(self) -> float:
+        """What starting a config's server has cost so far, on average (vLLM: 30-75 s on a
+        CPU); 0 for a target that starts none."""
+        starts = getattr(self.meter.target, "starts", None) or []
+        return sum(s for _, s in starts) / len(starts) if starts else 0.0
+
     def reserve_s(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> float:
         """The repeats of each top config (and one step down each in capacity mode), and one
-        level of the default at the best config's rate."""
+        level of the default at the best config's rate; a server start for each of them."""
         if self.repeats == 0:
             return REPORT_RESERVE_S
         capacity = self.mode is Mode.CAPACITY
@@ -74,7 +80,9 @@ class ConfirmPlan:
         level_s = self.meter.expected_level_s
         # The default at the best rate, on as many draws as the best's pooled runs.
         same_rate_s = (1 + self.repeats) * level_s(max(rates)) if rates and capacity else 0.0
-        return REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
+        starts_s = self.restart_s() * (len(rates) + (1 if capacity else 0))
+        return (REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
+                + starts_s)  # fmt: skip
 
 
 @dataclass
