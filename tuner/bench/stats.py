@@ -90,12 +90,7 @@ def compare_figure(figure: str, baseline: Sequence[float], current: Sequence[flo
         worse_frac, worse_lo, worse_hi = -math.expm1(point), -change_hi, -change_lo
     else:
         worse_frac, worse_lo, worse_hi = math.expm1(point), change_lo, change_hi
-    if worse_lo > tolerance:
-        verdict = Verdict.REGRESSION
-    elif worse_hi < -tolerance:
-        verdict = Verdict.IMPROVEMENT
-    else:
-        verdict = Verdict.OK
+    verdict = _verdict(worse_lo, worse_hi, tolerance)
     medians = float(statistics.median(baseline)), float(statistics.median(current))
     return Comparison(figure, *medians, worse_frac, worse_lo, worse_hi, math.expm1(point),
                       change_lo, change_hi, tolerance, verdict)  # fmt: skip
@@ -110,14 +105,17 @@ def compare_exact(figure: str, baseline: float, current: float, *, higher_is_bet
     else:  # floored at a tiny value as the bootstrap's logs are: a 0 capacity is "much worse"
         change = math.expm1(math.log(max(current, 1e-9)) - math.log(max(baseline, 1e-9)))
         worse = -change if higher_is_better else change
-    if worse > tolerance:
-        verdict = Verdict.REGRESSION
-    elif worse < -tolerance:
-        verdict = Verdict.IMPROVEMENT
-    else:
-        verdict = Verdict.OK
     return Comparison(figure, baseline, current, worse, worse, worse, change, change, change,
-                      tolerance, verdict)  # fmt: skip
+                      tolerance, _verdict(worse, worse, tolerance))  # fmt: skip
+
+
+def _verdict(worse_lo: float, worse_hi: float, tolerance: float) -> Verdict:
+    """Worse beyond the tolerance even at its best, better beyond it even at its worst."""
+    if worse_lo > tolerance:
+        return Verdict.REGRESSION
+    if worse_hi < -tolerance:
+        return Verdict.IMPROVEMENT
+    return Verdict.OK
 
 
 def parse_tolerance(text: str) -> float:
