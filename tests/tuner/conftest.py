@@ -100,6 +100,12 @@ def sim_target(fake_clock: FakeClock) -> SimulatedTarget:
     return SimulatedTarget(fake_clock)
 
 
+@pytest.fixture
+def sim_targets(fake_clock: FakeClock) -> Callable[[], SimulatedTarget]:
+    """A fresh simulated server per call, on the one clock: one per worker of a study."""
+    return lambda: SimulatedTarget(fake_clock)
+
+
 class FaultyTarget(SimulatedTarget):
     """The simulated server, with a fault raised in place of its `at_level`-th level (counted
     over calibration, search and confirmation alike)."""
@@ -124,3 +130,30 @@ def faulty_target(fake_clock: FakeClock) -> Callable[..., FaultyTarget]:
     """`faulty_target(at_level=2)`: Ctrl-C (a cancellation, as asyncio delivers it) during the
     second level; `fault=` raises something else there."""
     return lambda **kw: FaultyTarget(fake_clock, **kw)
+
+
+class DefaultRefusesEverything(SimulatedTarget):
+    """The simulated server, except that with its default knobs every request fails, from its
+    `from_level`-th level on (counted over all levels: the first is the calibration burst)."""
+
+    def __init__(self, clock: FakeClock, from_level: int = 1) -> None:
+        super().__init__(clock)
+        self.from_level, self.levels = from_level, 0
+
+    async def replay(
+        self, requests: Sequence[RequestSpec], offsets: Sequence[float], plan: ReplayPlan
+    ) -> LevelReplay:
+        level = await super().replay(requests, offsets, plan)
+        self.levels += 1
+        if self.applied[-1] == self.knobs.defaults and self.levels >= self.from_level:
+            for r in level.result.records:
+                r.chunk_times_s, r.chunk_tokens, r.output_tokens = [], [], 0
+                r.fail("HTTP 503: overloaded", r.sent_s)
+        return level
+
+
+@pytest.fixture
+def refusing_default_target(fake_clock: FakeClock) -> Callable[..., DefaultRefusesEverything]:
+    """`refusing_default_target(from_level=2)`: the default serves the calibration burst, then
+    fails every request."""
+    return lambda **kw: DefaultRefusesEverything(fake_clock, **kw)

@@ -96,3 +96,45 @@ async def test_a_budget_too_short_for_the_default_reports_its_capacity_as_a_lowe
     assert default["capacity_rps"] == 2.0 and default["lower_bound"]  # one level, then the end
     assert default["limited_by"].startswith("not measured: its search was cut short")
     assert "the vLLM default's 2.00 (a lower bound" in rec["summary"]
+
+
+async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(
+    tmp_path, refusing_default_target, fake_clock
+):
+    from tuner.errors import TuneError
+
+    with pytest.raises(TuneError, match=r"answered none of the \d+ requests.*HTTP 503: overloaded"):
+        await run_tune(settings(tmp_path), quiet=True, clock=fake_clock,
+                       target=refusing_default_target())  # fmt: skip
+
+
+async def test_a_default_with_no_successful_request_still_gets_a_report(
+    tmp_path, refusing_default_target, fake_clock
+):
+    # It served the calibration burst, then failed every request of its own trial.
+    rec = await run_tune(settings(tmp_path), quiet=True, clock=fake_clock,
+                         target=refusing_default_target(from_level=2))  # fmt: skip
+    default = rec["default"]
+    assert default["capacity_rps"] == 0.0
+    assert all(t["value_ms"] is None for t in default["terms"])
+    md = (tmp_path / "run" / "recommendation.md").read_text()
+    assert "tpot_p99 without a successful request / 30 ms" in md
+    assert (tmp_path / "run" / "recommendation.html").exists()
+
+
+async def test_a_worker_reports_a_default_another_worker_measured(
+    tmp_path, sim_targets, fake_clock
+):
+    # Worker "a" measures the references and stops; worker "b" joins the same study, searches
+    # and confirms. The default's level records are on a's disk only: b must report the
+    # capacity the study holds for it, not a capacity of nothing judged on no records.
+    def worker(name: str, **changes):
+        return run_tune(settings(tmp_path, run_dir=str(tmp_path / name), **changes), quiet=True,
+                        clock=fake_clock, target=sim_targets())  # fmt: skip
+
+    first = await worker("a", trials=2)
+    rec = await worker("b")
+    default = rec["default"]
+    assert default["trial"] == first["default"]["trial"]
+    assert default["capacity_rps"] > 0 and all(t["value_ms"] is not None for t in default["terms"])
+    assert (tmp_path / "b" / "recommendation.md").exists()

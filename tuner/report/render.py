@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tuner.report.plots import FIGURE_TITLES, PARAM_LABELS
-from tuner.report.summary import bought_line, same_rate_sentence, short_config
+from tuner.report.summary import (
+    bought_line,
+    ms_text,
+    same_rate_sentence,
+    short_config,
+    term_text,
+)
 from tuner.store.runfiles import RunFiles
 
 
@@ -91,7 +97,7 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for c in rec["top"]:
         ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
-        terms = "; ".join(f"{t['metric']} {_term_ms(t)}" for t in c["terms"])
+        terms = "; ".join(f"{t['metric']} {term_text(t)}" for t in c["terms"])
         rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
                      f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
     return header, rows
@@ -128,13 +134,6 @@ def band_note(rec: dict[str, Any]) -> str:
             f"{band['chosen_by']}.{trust}")  # fmt: skip
 
 
-def _term_ms(t: dict[str, Any]) -> str:
-    """`41.2 [38.0, 45.1] ms`; a term measured on another worker's disk only has its point."""
-    if t.get("low_ms") is None or t.get("high_ms") is None:
-        return f"{t['value_ms']:.1f} ms"
-    return f"{t['value_ms']:.1f} [{t['low_ms']:.1f}, {t['high_ms']:.1f}] ms"
-
-
 def same_rate_rows(same: dict[str, Any] | None) -> tuple[list[str], list[list[str]]] | None:
     """A config-by-term table of the recommended config and the default at the same rate."""
     if not same:
@@ -144,8 +143,7 @@ def same_rate_rows(same: dict[str, Any] | None) -> tuple[list[str], list[list[st
     rows = []
     for label, key in (("recommended", "recommended"), ("vLLM default", "default")):
         e = same[key]
-        cells = [f"{t['value_ms']:.1f} ms [{t['low_ms']:.1f}, {t['high_ms']:.1f}]"
-                 for t in e["terms"]]  # fmt: skip
+        cells = [term_text(t) for t in e["terms"]]
         meets = "yes" if e["meets_slo"] else "no"
         rows.append([label, *cells, f"{e['served_fraction']:.0%}", meets])
     return header, rows
@@ -219,7 +217,7 @@ def _binding(e: dict[str, Any]) -> str:
     if term is None:
         return "-"
     limit = term.get("limit_ms")
-    return f"{term['metric']} {term['value_ms']:.1f} ms" + (f" / {limit:g} ms" if limit else "")
+    return f"{term['metric']} {ms_text(term['value_ms'])}" + (f" / {limit:g} ms" if limit else "")
 
 
 # ---- HTML -----------------------------------------------------------------------------------

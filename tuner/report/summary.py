@@ -28,7 +28,7 @@ def summary_line(rec: dict[str, Any]) -> str:
             return f"no config meets {slo}; nothing finished a load level"
         return (
             f"no config meets {slo}; the closest is trial {c['trial'] + 1} "
-            f"({short_config(c['config'])}) with {c['metric']} {c['value_ms']:.1f} ms "
+            f"({short_config(c['config'])}) with {c['metric']} {ms_text(c['value_ms'])} "
             f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s"
         )
     best = rec["best"]
@@ -54,7 +54,7 @@ def summary_line(rec: dict[str, Any]) -> str:
         misses = missed_terms(same["default"])
         what = "it falls behind"
         if misses:
-            what = f"{misses[0]['metric']} {_ms(misses[0]['value_ms'])}"
+            what = f"{misses[0]['metric']} {ms_text(misses[0]['value_ms'])}"
         interval = unsettled_interval(misses[0]) if misses else None
         if interval:
             what += f", {interval}"
@@ -105,7 +105,7 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     measured = "measured once" if draws == 1 else f"{draws} arrival draws pooled"
     if d["meets_slo"]:
         return f"At {rate:.2f} req/s the vLLM default also meets the SLO ({measured})."
-    parts = [f"{t['metric']} {_ms(t['value_ms'])} (limit {t['limit_ms']:g} ms; {_certainty(t)})"
+    parts = [f"{t['metric']} {ms_text(t['value_ms'])} (limit {t['limit_ms']:g} ms; {_certainty(t)})"
              for t in missed_terms(d)]  # fmt: skip
     if not d["kept_up"]:
         parts.append(f"it completed only {d['served_fraction']:.0%} of the offered rate")
@@ -116,8 +116,17 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
             f"({measured}): {why}.")  # fmt: skip
 
 
-def _ms(value_ms: float | None) -> str:
+def ms_text(value_ms: float | None) -> str:
+    """A term's value; None is how a run file stores a metric no request lived to give."""
     return "without a successful request" if value_ms is None else f"{value_ms:.1f} ms"
+
+
+def term_text(t: dict[str, Any]) -> str:
+    """`41.2 [38.0, 45.1] ms`; only the point when a bound is missing (one draw, another
+    worker's disk) or unbounded."""
+    if t["value_ms"] is None or t.get("low_ms") is None or t.get("high_ms") is None:
+        return ms_text(t["value_ms"])
+    return f"{t['value_ms']:.1f} [{t['low_ms']:.1f}, {t['high_ms']:.1f}] ms"
 
 
 def _certainty(t: dict[str, Any]) -> str:

@@ -120,9 +120,16 @@ def repooled(candidates: list[Candidate], default: TrialRecord, files: RunFiles,
              rate_rps: float | None, slo: SLO, rules: VerdictRules, draws: int,
              seed: int = 0) -> list[Candidate]:  # fmt: skip
     """The candidates with the default judged on every run kept of it, its `draws` at the
-    recommended rate too: a default that missed there cannot claim a capacity above it."""
+    recommended rate too: a default that missed there cannot claim a capacity above it.
+
+    Only when this folder holds every level of the default's search: a default another worker
+    measured keeps the figures the study has for it, since judged on this folder's draws alone
+    its terms at its own capacity would have no records behind them."""
+    search_runs = files.search_runs(default)
+    if len(search_runs) < len(default.levels):
+        return candidates
     mine = next((c for c in candidates if c.trial == default.number), None)
-    runs = files.search_runs(default) + files.confirm_runs(default.number)
+    runs = search_runs + files.confirm_runs(default.number)
     rate = candidate_rate(default, mode, rate_rps)
     repeats = (mine.repeats if mine else 0) + draws
     fresh = build_candidate(default, runs, rate, repeats, slo, rules, mode, seed)

@@ -13,6 +13,8 @@ import warnings
 
 import optuna
 
+from loadgen import RequestRecord
+from tuner.errors import TuneError
 from tuner.measure.meter import Meter
 from tuner.search.space import BUDGET, IntRange, SearchSpace
 from tuner.search.study import has_role
@@ -138,6 +140,21 @@ async def calibrated_start_rps(
     burst_meter = Meter(meter.target, meter.requests[:burst], meter.slo, meter.settings,
                         meter.rules, meter.clock)  # fmt: skip
     run = await burst_meter.level(math.inf)
+    _check_served(run.records, default)
     start = max(MIN_START_RPS, START_FRACTION_OF_BURST * run.level.request_throughput_rps)
     attrs.set_start_rate(study, start)
     return start
+
+
+def _check_served(records: list[RequestRecord], default: Knobs) -> None:
+    """A default that answers no request of the burst is a broken set-up (a wrong model path,
+    a server that rejects the prompts), not a capacity of zero: searching from there would
+    spend the whole budget at the floor rate and recommend whatever served a trickle."""
+    measured = [r for r in records if not r.warmup]
+    if not measured or any(r.success for r in measured):
+        return
+    first = next((r.error for r in measured if r.error), "no error given")
+    config = " ".join(f"{k}={v}" for k, v in sorted(default.items()))
+    raise TuneError(f"the target's default config ({config}) answered none of the "
+                    f"{len(measured)} requests of the calibration burst; the first failed with "
+                    f"{first!r}: make the server serve this workload, then tune")  # fmt: skip
