@@ -52,6 +52,7 @@ class BenchOutcome:
     baseline: Baseline  # what this run measured, in baseline form (written by --update-baseline)
     rows: list[FigureRow] = field(default_factory=list)
     compared_with: str | None = None
+    not_compared: str | None = None  # why a --report-only run could not compare (the baseline's)
 
     @property
     def regressions(self) -> list[FigureRow]:
@@ -185,14 +186,19 @@ def compare(
     current: Baseline, baseline: Baseline, suite: BenchSuite, noise_floor: float = 0.0
 ) -> list[FigureRow]:
     """One row per config and figure; refuses a baseline from another environment."""
-    problems = current.environment.mismatches(baseline.environment)
-    if problems:
-        raise TuneError(
-            "the baseline was measured in another environment (" + "; ".join(problems) + "); "
-            "re-record it here with --update-baseline"
-        )
+    problem = environment_problem(current, baseline)
+    if problem:
+        raise TuneError(problem + "; re-record it here with --update-baseline")
     return [_compare_one(name, fig, cur, baseline.configs.get(name), suite, noise_floor)
             for name, cur in current.configs.items() for fig in suite.figures]  # fmt: skip
+
+
+def environment_problem(current: Baseline, baseline: Baseline) -> str | None:
+    """Why the two cannot be compared (another device, model, workload, mode...), or None."""
+    problems = current.environment.mismatches(baseline.environment)
+    if not problems:
+        return None
+    return "the baseline was measured in another environment (" + "; ".join(problems) + ")"
 
 
 def _compare_one(

@@ -134,6 +134,15 @@ def test_baseline_from_another_environment_is_refused(recorded, tmp_path, capsys
     assert main(["--suite", _suite(tmp), "--baseline", str(other)]) == EXIT_CANNOT_RUN
     err = capsys.readouterr().out
     assert "another environment" in err and "H100" in err
+    # Report-only (CI, on whatever machine it gets) prints its figures and says why it did
+    # not compare them, and never fails the job.
+    summary = tmp_path / "summary.md"
+    code = main(["--suite", _suite(tmp), "--baseline", str(other), "--report-only",
+                 "--markdown", str(summary)])  # fmt: skip
+    assert code == EXIT_OK
+    text = summary.read_text()
+    assert "measured, not compared: the baseline was measured in another environment" in text
+    assert "H100" in text and "| candidate | saturation_rps |" in text
 
 
 def test_absolute_mode_against_ratio_baseline_is_refused(recorded, capsys):
