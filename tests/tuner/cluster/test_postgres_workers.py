@@ -104,7 +104,10 @@ def test_three_workers_one_killed_mid_trial(
 
     # One report, the same from every surviving worker and from `tune report --storage`.
     first, *others = reports.values()
-    assert all(other == first for other in others)
+    for other in others:  # on a mismatch, say which parts differ
+        differ = {k: (first.get(k), other.get(k)) for k in first.keys() | other.keys()
+                  if first.get(k) != other.get(k)}  # fmt: skip
+        assert not differ, json.dumps(differ, default=str)[:4000]
     argv = ["report", str(tmp_path / "r"), "--storage", postgres_url, "--study-name",
             study_name, "--json"]  # fmt: skip
     capsys.readouterr()
