@@ -196,7 +196,7 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
         runs.append(await meter.level(rate, draw=len(runs)))
     files.write_records(files.root / SAME_RATE_RECORDS, [r for run in runs for r in run.records])
     if trial is not None:
-        first = len(files.confirm_runs(trial)) + 1
+        first = files.confirm_run_count(trial) + 1
         for i, run in enumerate(runs):
             files.write_confirm_run(trial, first + i, run)
     default = judge_runs([run.run() for run in runs], meter.slo, meter.rules, rate, seed)

@@ -16,6 +16,7 @@ import optuna
 from loadgen import RequestRecord
 from tuner.errors import TuneError
 from tuner.measure.meter import Meter
+from tuner.report.summary import short_config
 from tuner.search.space import BUDGET, IntRange, SearchSpace
 from tuner.search.study import has_role
 from tuner.store import attrs
@@ -154,7 +155,6 @@ def _check_served(records: list[RequestRecord], default: Knobs) -> None:
     if not measured or any(r.success for r in measured):
         return
     first = next((r.error for r in measured if r.error), "no error given")
-    config = " ".join(f"{k}={v}" for k, v in sorted(default.items()))
-    raise TuneError(f"the target's default config ({config}) answered none of the "
+    raise TuneError(f"the target's default config ({short_config(default)}) answered none of the "
                     f"{len(measured)} requests of the calibration burst; the first failed with "
                     f"{first!r}: make the server serve this workload, then tune")  # fmt: skip

@@ -86,6 +86,10 @@ class RunFiles:
         self.write_records(path, run.records)
         self.write_text(path.with_suffix(".level.json"), json.dumps(level_row(run.level)))
 
+    def confirm_run_count(self, trial: int) -> int:
+        """How many re-measurements of a trial this folder holds, without reading them."""
+        return sum(1 for _ in self.records_dir.glob(f"confirm-{trial:04d}-*rps.jsonl"))
+
     def confirm_runs(self, trial: int) -> list[Run]:
         """A trial's re-measurements, in the order they were measured."""
         out = []
