@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tuner.settings import MIN_REQUESTS_PER_LEVEL, MIN_REQUESTS_PER_LEVEL_VLLM  # noqa: E402
+
 BIN = Path(sys.executable).parent
 SLO = "tpot_p99=30ms"
 LEVEL_S = 8.0  # tune's default seconds of arrivals per level (tuner/settings.py)
@@ -42,7 +45,6 @@ def start_server(args: argparse.Namespace, port: int, log: Path,
                  flags: list[str] | None = None) -> subprocess.Popen:  # fmt: skip
     """The server on 127.0.0.1:port; `flags` go to vLLM as they are (a report's flags)."""
     if args.vllm_folder:
-        sys.path.insert(0, str(ROOT))
         from tuner.targets.vllm import default_command, server_env
 
         argv = [*shlex.split(args.vllm_command or default_command()), "--model",
@@ -67,9 +69,10 @@ def start_server(args: argparse.Namespace, port: int, log: Path,
     raise SystemExit(f"the server gave no /health in 600 s; see {log}")
 
 
-def tune_capacity(url: str, run_dir: Path) -> dict[str, Any]:
+def tune_capacity(url: str, run_dir: Path, min_requests: int) -> dict[str, Any]:
     argv = [str(BIN / "tune"), "--url", url, "--served-model", "m", "--slo", SLO, "--json",
-            "--quiet", "--fidelity", "real", "--run-dir", str(run_dir)]  # fmt: skip
+            "--quiet", "--fidelity", "real", "--run-dir", str(run_dir),
+            "--min-requests", str(min_requests)]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     rec = json.loads(out)
     default = rec["default"]
@@ -77,8 +80,9 @@ def tune_capacity(url: str, run_dir: Path) -> dict[str, Any]:
             "rate_rps": default["rate_rps"]}  # fmt: skip
 
 
-def loadgen(url: str, rate: float, seed: int, slo: str = SLO) -> dict[str, Any]:
-    n = max(20, math.ceil(rate * LEVEL_S))  # what one tune level at this rate replays
+def loadgen(url: str, rate: float, seed: int, slo: str = SLO, min_requests: int = 20
+            ) -> dict[str, Any]:  # fmt: skip
+    n = max(min_requests, math.ceil(rate * LEVEL_S))  # what one tune level at this rate replays
     argv = [str(BIN / "loadgen"), "--url", url, "--model", "m", "--workload", "mixed",
             "--num-requests", str(n), "--rate", f"{rate:.4f}", "--seed", str(seed),
             "--slo", slo, "--json", "--no-progress"]  # fmt: skip
@@ -92,23 +96,34 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="loadgen runs at the capacity")
     p.add_argument("--vllm-folder", help="measure real vLLM serving this model folder")
     p.add_argument("--vllm-command", help="vLLM server command prefix")
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        help="requests per level, for tune and loadgen "
+        "alike (default: tune's, 20; 320 with --vllm-folder, as tune --engine vllm)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    floor = args.min_requests or (MIN_REQUESTS_PER_LEVEL_VLLM if args.vllm_folder
+                                  else MIN_REQUESTS_PER_LEVEL)  # fmt: skip
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(args, port, Path(tmp) / "server.log")
         try:
-            tuned = tune_capacity(url, Path(tmp) / "run")
+            tuned = tune_capacity(url, Path(tmp) / "run", floor)
             cap = tuned["capacity_rps"]
-            at_cap = [loadgen(url, cap, seed) for seed in range(args.repeats)]
-            above = loadgen(url, 1.5 * cap, 0)
+            # Seeds from 1: seed 0 is the draw tune's search levels replayed.
+            at_cap = [loadgen(url, cap, seed, min_requests=floor)
+                      for seed in range(1, args.repeats + 1)]  # fmt: skip
+            above = loadgen(url, 1.5 * cap, 1, min_requests=floor)
         finally:
             os.killpg(server.pid, 15)
             server.wait(timeout=60)
     tpot = [t["value_ms"] for t in tuned["terms"] if t["metric"] == "tpot_p99"]
     result = {
         "server": "vllm" if args.vllm_folder else "engine-lite serve", "slo": SLO,
+        "min_requests_per_level": floor,
         "tune_capacity_rps": cap, "tune_tpot_p99_ms_at_capacity": tpot[0] if tpot else None,
         "loadgen_at_capacity": at_cap,
         "loadgen_tpot_p99_ms_median": statistics.median(r["tpot_p99_ms"] for r in at_cap),

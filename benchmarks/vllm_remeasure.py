@@ -26,18 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_vs_loadgen import free_port, loadgen, start_server
 
 
-def runs(url: str, rate: float, repeats: int, slo: str) -> list[dict[str, Any]]:
-    return [loadgen(url, rate, seed, slo) for seed in range(repeats)]
+def runs(url: str, rate: float, repeats: int, slo: str, floor: int) -> list[dict[str, Any]]:
+    return [loadgen(url, rate, seed, slo, floor) for seed in range(repeats)]
 
 
-def measure(args: argparse.Namespace, flags: str, rates: dict[str, float], slo: str
-            ) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+def measure(args: argparse.Namespace, flags: str, rates: dict[str, float], slo: str,
+            floor: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(args, port, Path(tmp) / "server.log", shlex.split(flags))
         try:
-            return {name: runs(url, rate, args.repeats, slo) for name, rate in rates.items()}
+            return {name: runs(url, rate, args.repeats, slo, floor)
+                    for name, rate in rates.items()}  # fmt: skip
         finally:
             os.killpg(server.pid, 15)
             server.wait(timeout=60)
@@ -54,17 +55,20 @@ def main() -> None:
     rec = json.loads((Path(args.run_dir) / "recommendation.json").read_text())
     slo, rate = rec["slo"], rec["best"]["capacity_rps"]
     default_rps = rec["default"]["capacity_rps"]
+    # Each loadgen run is as long as one of the run's levels at that rate.
+    info = json.loads((Path(args.run_dir) / "run.json").read_text())
+    floor = int(info["workload"].get("min_requests_per_level", 20))
     # The report's flags, exactly as a user would paste them.
-    best = measure(args, rec["flags"]["vllm"], {"recommended_at_its_rate": rate}, slo)
+    best = measure(args, rec["flags"]["vllm"], {"recommended_at_its_rate": rate}, slo, floor)
     default_rates = {"default_at_recommended_rate": rate, "default_at_its_capacity": default_rps,
                      "default_at_1_5x_its_capacity": 1.5 * default_rps}  # fmt: skip
-    default = measure(args, "", default_rates, slo)
+    default = measure(args, "", default_rates, slo, floor)
     met = {k: sum(r["slo_met"] for r in v) for k, v in {**best, **default}.items()}
     n = args.repeats
     result = {
         "run": args.run_dir, "slo": slo, "recommended": rec["best"]["config"],
-        "recommended_rps": rate, "default_rps": default_rps, "runs": {**best, **default},
-        "met": met,
+        "recommended_rps": rate, "default_rps": default_rps, "min_requests_per_level": floor,
+        "runs": {**best, **default}, "met": met,
         "recommendation_holds": met["recommended_at_its_rate"] == n
         and met["default_at_recommended_rate"] == 0,
         "default_capacity_agrees": met["default_at_its_capacity"] * 2 > n

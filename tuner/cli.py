@@ -22,7 +22,10 @@ from tuner.settings import (
     DEFAULT_NUM_REQUESTS_GPU,
     DEFAULT_REL_TOL,
     DEFAULT_TIME_BUDGET_S,
+    DEFAULT_TIME_BUDGET_VLLM_S,
     DEFAULT_TRIALS,
+    MIN_REQUESTS_PER_LEVEL,
+    MIN_REQUESTS_PER_LEVEL_VLLM,
     TuneSettings,
 )
 from tuner.targets.signals import Stopped
@@ -58,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--level-seconds", type=float, default=DEFAULT_LEVEL_S, help="seconds of "
                    f"arrivals per load level (default {DEFAULT_LEVEL_S:g}); 0 replays the whole "
                    "list at every level")
+    w.add_argument("--min-requests", type=int, help="requests a load level holds at least, "
+                   f"however short its seconds (default {MIN_REQUESTS_PER_LEVEL}; "
+                   f"{MIN_REQUESTS_PER_LEVEL_VLLM} with --engine vllm, whose p99 over fewer "
+                   "moves with the arrival draw)")
     w.add_argument("--workload-seed", type=int, default=0)
     w.add_argument("--arrival", default="poisson", help="poisson, gamma or constant")
     w.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
@@ -83,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pin a knob (repeatable)")
     s.add_argument("--trials", type=int, help="most trials in the study, references included "
                    f"(default {DEFAULT_TRIALS}; a resume keeps the run's)")
-    s.add_argument("--time-budget", help="wall-clock budget of this run, e.g. 10m (default 9m; "
-                   "a resume keeps the run's)")
+    s.add_argument("--time-budget", help="wall-clock budget of this run, e.g. 10m (default 9m, "
+                   "20m with --engine vllm; a resume keeps the run's)")
     s.add_argument("--rate", type=float, help="optimise goodput at this fixed rate (req/s)")
     s.add_argument("--repeats", type=int, default=1,
                    help="re-measurements of each top config (default 1)")
@@ -163,7 +170,8 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
         raise TuneError("--slo is required, e.g. tune --slo tpot_p99=30ms")
     values = {f.name: getattr(args, _FLAG_OF.get(f.name, f.name)) for f in fields(TuneSettings)}
     values["trials"] = DEFAULT_TRIALS if args.trials is None else args.trials
-    budget = f"{DEFAULT_TIME_BUDGET_S:g}s" if args.time_budget is None else args.time_budget
+    default_budget = DEFAULT_TIME_BUDGET_VLLM_S if args.engine == "vllm" else DEFAULT_TIME_BUDGET_S
+    budget = f"{default_budget:g}s" if args.time_budget is None else args.time_budget
     values["time_budget_s"] = parse_duration(budget)
     return TuneSettings(**values)
 

@@ -49,7 +49,7 @@ from tuner.search.study import (
 )
 from tuner.search.trial import TrialRunner
 from tuner.search.workers import Workers, join_study
-from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
+from tuner.settings import TuneSettings
 from tuner.store import attrs
 from tuner.store.codec import confirmation_json
 from tuner.store.environment import environment
@@ -162,7 +162,7 @@ def prepare(
     mode = Mode.GOODPUT if settings.rate_rps is not None else Mode.CAPACITY
     level = LevelSettings(arrival=settings.arrival, burstiness=settings.burstiness,
                           seed=settings.workload_seed, duration_s=settings.level_s or None,
-                          min_requests=MIN_REQUESTS_PER_LEVEL,
+                          min_requests=settings.resolved_min_requests(),
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level,
                   rules_for(mode, facts.require_schedule), clock)  # fmt: skip
@@ -197,7 +197,8 @@ def study_identity(settings: TuneSettings, workload: Workload, mode: Mode, slo: 
         "rate_rps": settings.rate_rps, "model": model_of(facts), "arrival": settings.arrival,
         "device": device_of(facts), "engine": engine_of(facts, settings.launch),
         "target": facts.kind.value, "burstiness": settings.burstiness,
-        "level_s": settings.level_s, "space": {"searched": space.describe(), "fixed": fixed},
+        "level_s": settings.level_s, "min_requests": settings.resolved_min_requests(),
+        "space": {"searched": space.describe(), "fixed": fixed},
     }  # fmt: skip
 
 
@@ -291,7 +292,7 @@ def run_info(run: TuneRun) -> dict[str, Any]:
     s, wl, facts = run.settings, run.workload, run.target.facts
     workload = {
         "name": wl.name, "num_requests": len(wl.requests), "level_s": s.level_s,
-        "min_requests_per_level": MIN_REQUESTS_PER_LEVEL, "seed": s.workload_seed,
+        "min_requests_per_level": s.resolved_min_requests(), "seed": s.workload_seed,
         "arrival": s.arrival, "burstiness": s.burstiness, "fingerprint": wl.fingerprint(),
         "classes": wl.class_counts(), "longest_prompt": max(r.prompt_len for r in wl.requests),
         "max_model_len": facts.max_model_len,

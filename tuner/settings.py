@@ -21,6 +21,11 @@ from tuner.targets.factory import TargetOptions
 DEFAULT_LEVEL_S = 8.0
 DEFAULT_REL_TOL = 0.15
 MIN_REQUESTS_PER_LEVEL = 20
+# With --engine vllm a level holds at least this many requests. A p99 over a few dozen is its
+# worst request or two, and which request is worst depends on where the long prompts of that
+# arrival draw land: on real vLLM the same config's capacity moved 10-18 req/s between searches
+# with 8 s levels. benchmarks/level_noise.py measures how the spread falls with the level size.
+MIN_REQUESTS_PER_LEVEL_VLLM = 320
 # The seeded request list levels take their prefix from (enough for 8 s at 50 req/s on a CPU;
 # a GPU serves far more).
 DEFAULT_NUM_REQUESTS = 400
@@ -29,6 +34,8 @@ DEFAULT_NUM_REQUESTS_GPU = 4000
 BURST_REQUESTS = 40
 BURST_REQUESTS_GPU = 200
 DEFAULT_TIME_BUDGET_S = 540.0
+# Against real vLLM a config costs a 45-75 s server start besides its levels.
+DEFAULT_TIME_BUDGET_VLLM_S = 1200.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
 # Workers on a shared RDB storage beat every 20 s; a trial silent for three beats is taken as
 # dead, failed and queued again (Optuna's heartbeat; docs/cluster.md).
@@ -43,6 +50,7 @@ class TuneSettings:
     workload: str = "mixed"
     num_requests: int | None = None  # request list size; None: 400 on CPU, 4000 on a GPU
     level_s: float = DEFAULT_LEVEL_S  # seconds of arrivals per level; 0: the whole list
+    min_requests: int | None = None  # per level; None: 20, or 320 with --engine vllm
     workload_seed: int = 0
     arrival: str = "poisson"
     burstiness: float = 1.0
@@ -98,6 +106,8 @@ class TuneSettings:
     def __post_init__(self) -> None:
         if self.num_requests is not None:
             _positive("num_requests", self.num_requests, integer=True)
+        if self.min_requests is not None:
+            _positive("min_requests", self.min_requests, integer=True)
         if self.level_s < 0:
             raise TuneError(f"--level-seconds {self.level_s} is invalid; use 0 or more")
         _positive("trials", self.trials, integer=True)
@@ -138,10 +148,17 @@ class TuneSettings:
     def fixed_values(self) -> dict[str, Any]:
         return dict(parse_fix(f) for f in self.fixed)
 
+    def resolved_min_requests(self) -> int:
+        if self.min_requests is not None:
+            return self.min_requests
+        return MIN_REQUESTS_PER_LEVEL_VLLM if self.engine == "vllm" else MIN_REQUESTS_PER_LEVEL
+
     def resolved_num_requests(self, device: str) -> int:
         if self.num_requests is not None:
             return self.num_requests
-        return DEFAULT_NUM_REQUESTS_GPU if device.startswith("cuda") else DEFAULT_NUM_REQUESTS
+        base = DEFAULT_NUM_REQUESTS_GPU if device.startswith("cuda") else DEFAULT_NUM_REQUESTS
+        # Room for three disjoint draws of the shortest level: the search's and two more.
+        return max(base, 3 * self.resolved_min_requests())
 
     def burst_requests(self, device: str) -> int:
         return BURST_REQUESTS_GPU if device.startswith("cuda") else BURST_REQUESTS

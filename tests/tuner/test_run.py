@@ -138,3 +138,14 @@ async def test_a_worker_reports_a_default_another_worker_measured(
     assert default["trial"] == first["default"]["trial"]
     assert default["capacity_rps"] > 0 and all(t["value_ms"] is not None for t in default["terms"])
     assert (tmp_path / "b" / "recommendation.md").exists()
+
+
+async def test_every_search_level_holds_at_least_min_requests(tmp_path, sim_target, fake_clock):
+    # One second of arrivals at these rates is a handful of requests; the floor makes it 30.
+    run = tmp_path / "run"
+    await run_tune(settings(tmp_path, min_requests=30, trials=3), quiet=True, clock=fake_clock,
+                   target=sim_target)  # fmt: skip
+    levels = sorted((run / "records").glob("trial-*-level-*.jsonl"))
+    assert levels and all(len(p.read_text().splitlines()) >= 30 for p in levels)
+    info = json.loads((run / "run.json").read_text())
+    assert info["workload"]["min_requests_per_level"] == 30

@@ -111,3 +111,22 @@ async def test_the_progress_names_the_run_folder_first(tmp_path, sim_target, fak
     await run_tune(settings, quiet=False, clock=fake_clock, target=sim_target)
     first = capsys.readouterr().err.splitlines()[0]
     assert first.endswith(f"] run folder: {tmp_path / 'run'}")
+
+
+def test_against_vllm_levels_hold_more_requests_and_the_run_more_time():
+    def parsed(*flags: str) -> TuneSettings:
+        return settings_from_args(build_parser().parse_args(["--slo", "tpot_p99=30ms", *flags]))
+
+    builtin, vllm = parsed(), parsed("--engine", "vllm", "--model", "/models/tiny")
+    assert (builtin.resolved_min_requests(), builtin.time_budget_s) == (20, 540.0)
+    # A p99 over 320 requests, not over the few dozen an 8 s level at a CPU rate holds; and
+    # room in the request list for three disjoint draws of such a level.
+    assert (vllm.resolved_min_requests(), vllm.time_budget_s) == (320, 1200.0)
+    assert vllm.resolved_num_requests("cpu") == 960
+    given = parsed("--engine", "vllm", "--min-requests", "100", "--time-budget", "5m")
+    assert (given.resolved_min_requests(), given.time_budget_s) == (100, 300.0)
+
+
+def test_a_level_floor_below_one_request_is_one_line(capsys):
+    assert main(["--slo", "tpot_p99=30ms", "--min-requests", "0"]) == 2
+    assert one_error_line(capsys) == "error: --min-requests 0 is invalid; use a positive number"

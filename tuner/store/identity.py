@@ -28,6 +28,7 @@ LABELS = {
     "arrival": "arrival process",
     "burstiness": "--burstiness",
     "level_s": "--level-seconds",
+    "min_requests": "--min-requests",
     "space": "search space (--param / --fix)",
 }
 # Engines whose version decides how a server schedules, when a launch template starts one.

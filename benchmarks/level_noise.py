@@ -1,0 +1,114 @@
+"""How many requests must a load level hold before its p99 says more about the config than
+about the arrival draw?
+
+A level's TPOT p99 over n requests is close to its worst request's when n is small, and which
+request is worst depends on where the long prompts happened to land. This benchmark measures
+that noise where nothing else adds any: in virtual time, on the simulator fitted to the target
+(a `tune profile` file), so every difference below comes from the draw alone.
+
+For each level size n and each config, it runs one capacity search per arrival draw (the
+draws take disjoint stretches of the request list and their own arrival seeds), then prints
+the spread of the capacities across draws, and how often a single draw ranks the two configs
+the way the median of all draws does.
+
+    .venv/bin/python benchmarks/level_noise.py [--profile FILE] [--json]
+
+The default profile is the CPU sim gate's (`results/baselines/cpu-tiny.profile.json`); any
+`tune profile` file of the built-in engine will do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadgen import build_workload
+from slo import parse_slo
+from tuner.bench.sim import SuiteProfile
+from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.ratesearch import RateSearch, RateSearchSettings
+from tuner.sim.profile import Profile
+from tuner.store.records import Mode, rules_for
+
+DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "results/baselines/cpu-tiny.profile.json"
+SLO = "tpot_p99=30ms"
+SIZES = (40, 80, 160, 320, 640)
+CONFIGS = {
+    "default 2048": {"max_num_batched_tokens": 2048},
+    "512 / 128": {"max_num_batched_tokens": 512, "long_prefill_token_threshold": 128},
+}
+
+
+async def capacity(meter: Meter, draw: int, start_rps: float) -> float:
+    """A capacity search where every level replays this draw (not the search's draw 0)."""
+    search = RateSearch(RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=0.02,
+                                           min_rps=start_rps / 64, max_levels=24))  # fmt: skip
+    while (rate := search.next_rate()) is not None:
+        run = await meter.level(rate, draw)
+        search.record(rate, run.level.passed)
+    return search.capacity_rps
+
+
+async def measure(path: Path, sizes: list[int], draws: int, workload: str) -> dict[str, Any]:
+    profile = Profile.load(path)
+    target = SuiteProfile(path, profile, "").target()
+    knobs = target.knobs
+    rows = []
+    for n in sizes:
+        wl = build_workload(workload, num_requests=n * draws, seed=0,
+                            max_model_len=profile.shape.max_model_len)  # fmt: skip
+        # A level of exactly n requests, whatever its rate: the size is what is measured here.
+        level = LevelSettings(duration_s=1e-9, min_requests=n)
+        meter = Meter(target, wl.requests, parse_slo(SLO), level,
+                      rules_for(Mode.CAPACITY, require_schedule=False))  # fmt: skip
+        caps: dict[str, list[float]] = {}
+        for name, config in CONFIGS.items():
+            await target.apply(knobs.complete(config))
+            caps[name] = [await capacity(meter, d, 4.0) for d in range(draws)]
+        a, b = (caps[name] for name in CONFIGS)
+        truth = statistics.median(a) > statistics.median(b)
+        agree = sum((x > y) == truth for x, y in zip(a, b, strict=True)) / draws
+        rows.append({"requests_per_level": n, "agree_with_median_ranking": agree,
+                     **{name: _spread(c) for name, c in caps.items()}})  # fmt: skip
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return {"profile": f"{profile.engine} on {profile.device}", "workload": workload,
+            "slo": SLO, "draws": draws, "rows": rows}  # fmt: skip
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    med = statistics.median(values)
+    return {"min_rps": min(values), "median_rps": med, "max_rps": max(values),
+            "cv": statistics.pstdev(values) / med if med else float("nan")}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profile", default=str(DEFAULT_PROFILE), help="a `tune profile` file")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    p.add_argument("--draws", type=int, default=20)
+    p.add_argument("--workload", default="mixed")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    result = asyncio.run(measure(Path(args.profile), args.sizes, args.draws, args.workload))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{result['profile']}, {args.workload}, {SLO}, {args.draws} draws per size")
+    names = list(CONFIGS)
+    print(f"{'requests':>8}  " + "  ".join(f"{n:>26}" for n in names) + "  same ranking")
+    for row in result["rows"]:
+        cells = [f"{row[n]['min_rps']:6.2f}-{row[n]['max_rps']:6.2f} cv {row[n]['cv']:4.0%}"
+                 for n in names]  # fmt: skip
+        print(f"{row['requests_per_level']:>8}  " + "  ".join(f"{c:>26}" for c in cells)
+              + f"  {row['agree_with_median_ranking']:>11.0%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
