@@ -109,23 +109,31 @@ async def fit_request_overhead(sim: SimTarget, meter: Meter, levels: Sequence[Re
 
 async def refit(sim: SimTarget, meter: Meter, levels: Sequence[RealLevel],
                 scales: Sequence[float] = tuple(np.geomspace(0.6, 2.5, 11))) -> Refit:  # fmt: skip
-    """The step-time factor that makes the simulated levels match the real ones best."""
+    """The step-time factor (and serving-path latency) that makes the simulated levels match
+    the real ones best. The model as given is a candidate too: a refit never makes it worse."""
     base = sim.model
     best: Refit | None = None
-    for scale in scales:
-        sim.model = scaled(base, float(scale))
-        errors = [await compare(sim, meter, lv) for lv in levels]
-        score = float(np.mean([np.mean(list(e.values())) for e in errors])) if errors else 0.0
-        worst = max((max(e.values()) for e in errors), default=0.0)
-        if best is None or score < _score(best):
-            best = Refit(sim.model, float(scale), errors, worst)
+    for scale in sorted({1.0, *(float(x) for x in scales)}):
+        sim.model = scaled(base, scale)
+        candidate = await _judged(sim, meter, levels, scale)
+        if best is None or _score(candidate) < _score(best):
+            best = candidate
     assert best is not None
     sim.model = best.model
     overhead = await fit_request_overhead(sim, meter, levels)
-    sim.model = replace(best.model, request_overhead_s=best.model.request_overhead_s + overhead)
+    if overhead > 0:
+        sim.model = replace(best.model, request_overhead_s=best.model.request_overhead_s + overhead)
+        with_overhead = await _judged(sim, meter, levels, best.scale)
+        best = with_overhead if _score(with_overhead) < _score(best) else best
+    sim.model = best.model
+    return best
+
+
+async def _judged(sim: SimTarget, meter: Meter, levels: Sequence[RealLevel],
+                  scale: float) -> Refit:  # fmt: skip
     errors = [await compare(sim, meter, lv) for lv in levels]
     worst = max((max(e.values()) for e in errors), default=0.0)
-    return Refit(sim.model, best.scale, errors, worst)
+    return Refit(sim.model, scale, errors, worst)
 
 
 def scaled(model: CostModel, scale: float) -> CostModel:
