@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import optuna
@@ -28,7 +29,13 @@ from optuna.trial import TrialState
 
 from tuner.errors import TuneError
 from tuner.search.storage import RunStorage
-from tuner.search.study import STORAGE_ERRORS, ask, first_line, recover_stale_trials
+from tuner.search.study import (
+    STORAGE_ERRORS,
+    ask,
+    first_line,
+    heartbeat_on,
+    recover_stale_trials,
+)
 from tuner.store import attrs, identity
 
 # How long a joining worker waits for the creator to finish setting the study up (it takes
@@ -172,6 +179,24 @@ def retry_waiting(study: optuna.Study) -> bool:
     return any(attrs.retry_of(t) is not None for t in waiting)
 
 
+# Under a heartbeat, Optuna fails a stale trial and queues its retry in two steps; a trial
+# failed this recently whose retry is not queued yet may be between them.
+RETRY_WINDOW_S = 10.0
+
+
+def retry_pending(study: optuna.Study, now: datetime | None = None) -> bool:
+    """A trial failed moments ago with no retry queued yet: the study is not settled (a worker
+    that confirmed then would confirm a study one trial short of the one reported)."""
+    if not heartbeat_on(study):
+        return False  # no heartbeat: a worker fails and requeues a stale trial itself
+    trials = study.get_trials(deepcopy=False)
+    retried = {attrs.retry_of(t) for t in trials}
+    since = (now or datetime.now()) - timedelta(seconds=RETRY_WINDOW_S)
+    return any(t.state is TrialState.FAIL and t.number not in retried
+               and t.datetime_complete is not None and t.datetime_complete > since
+               for t in trials)  # fmt: skip
+
+
 async def settle(study: optuna.Study, workers: Workers, say: Callable[[str], None]) -> bool:
     """Wait until no trial runs anywhere. True as soon as a dead worker's trial has been queued
     again (measure it), False when the study is settled."""
@@ -181,7 +206,7 @@ async def settle(study: optuna.Study, workers: Workers, say: Callable[[str], Non
         if retry_waiting(study):
             return True
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not running:
+        if not running and not retry_pending(study):
             return False
         if new := {t.number for t in running} - said:
             said |= new

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from datetime import datetime, timedelta
 
 import optuna
 import pytest
@@ -21,7 +22,7 @@ from tuner.search.starting import Scenario, enqueue_starting_configs
 from tuner.search.storage import open_storage
 from tuner.search.study import CapacityPruner, SamplerName, make_sampler, recover_stale_trials
 from tuner.search.trial import TrialRunner
-from tuner.search.workers import join_study, next_trial, settle
+from tuner.search.workers import RETRY_WINDOW_S, join_study, next_trial, retry_pending, settle
 from tuner.store import attrs
 from tuner.store.records import Role, TrialEnding
 from tuner.store.runfiles import RunFiles
@@ -134,3 +135,19 @@ async def test_a_config_already_measured_is_not_measured_again(tmp_path, sim_tar
 class _Silent:
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
+
+
+def test_a_trial_failed_moments_ago_without_its_retry_keeps_the_study_unsettled(tmp_path):
+    # Optuna fails a stale trial, then queues its retry: a worker looking in between must not
+    # take the study for settled, or it confirms a study one trial short (seen on PostgreSQL:
+    # two workers confirmed, and their reports differed).
+    study, _, _ = join(tmp_path)
+    trial = next_trial(study)
+    study.tell(trial, state=TrialState.FAIL)  # the first of Optuna's two steps
+    assert retry_pending(study)
+    later = datetime.now() + timedelta(seconds=RETRY_WINDOW_S + 1)
+    assert not retry_pending(study, now=later)  # a failure nobody retries waits no longer
+    study.enqueue_trial(trial.params)  # the second step, as RetryFailedTrialCallback takes it
+    queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[-1]
+    study._storage.set_trial_system_attr(queued._trial_id, "failed_trial", trial.number)
+    assert not retry_pending(study)
