@@ -28,9 +28,8 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 def worker_args(url: str, study: str, run_dir: Path, *extra: str) -> list[str]:
     # Synthetic levels of 0.3 s from a 40-request list; a 2 s heartbeat, so a dead worker's
-    # trial is failed about 6 s after its last beat. (With 1 s, a live confirmer on a loaded
-    # 2-core CI machine was once taken for dead: a second worker confirmed again, and the two
-    # reports differed in their repeat count.)
+    # trial is failed about 6 s after its last beat (a loaded 2-core CI machine is slow to
+    # beat; the cause of this test's one-in-twenty failure was another, see settle()).
     return ["--slo", "tpot_p99=30ms", "--synthetic", "0.3", "--storage", url,
             "--study-name", study, "--trials", "14", "--heartbeat-interval", "2",
             "--num-requests", "40", "--level-seconds", "2", "--start-rate", "4",
