@@ -33,7 +33,7 @@ from loadgen import build_workload
 from slo import parse_slo
 from tuner.bench.sim import SuiteProfile
 from tuner.measure.meter import LevelSettings, Meter
-from tuner.measure.ratesearch import RateSearch, RateSearchSettings
+from tuner.measure.ratesearch import RateSearchSettings
 from tuner.sim.profile import Profile
 from tuner.store.records import Mode, rules_for
 
@@ -46,14 +46,9 @@ CONFIGS = {
 }
 
 
-async def capacity(meter: Meter, draw: int, start_rps: float) -> float:
-    """A capacity search where every level replays this draw (not the search's draw 0)."""
-    search = RateSearch(RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=0.02,
-                                           min_rps=start_rps / 64, max_levels=24))  # fmt: skip
-    while (rate := search.next_rate()) is not None:
-        run = await meter.level(rate, draw)
-        search.record(rate, run.level.passed)
-    return search.capacity_rps
+def search(start_rps: float) -> RateSearchSettings:
+    return RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=0.02,
+                              min_rps=start_rps / 64, max_levels=24)  # fmt: skip
 
 
 async def measure(path: Path, sizes: list[int], draws: int, workload: str) -> dict[str, Any]:
@@ -71,7 +66,8 @@ async def measure(path: Path, sizes: list[int], draws: int, workload: str) -> di
         caps: dict[str, list[float]] = {}
         for name, config in CONFIGS.items():
             await target.apply(knobs.complete(config))
-            caps[name] = [await capacity(meter, d, 4.0) for d in range(draws)]
+            caps[name] = [(await meter.capacity(search(4.0), draw=d)).capacity_rps
+                          for d in range(draws)]  # fmt: skip
         a, b = (caps[name] for name in CONFIGS)
         truth = statistics.median(a) > statistics.median(b)
         agree = sum((x > y) == truth for x, y in zip(a, b, strict=True)) / draws

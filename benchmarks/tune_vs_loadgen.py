@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tuner.measure.meter import LAG_TRIES  # noqa: E402
-from tuner.settings import MIN_REQUESTS_PER_LEVEL, MIN_REQUESTS_PER_LEVEL_VLLM  # noqa: E402
+from tuner.settings import TuneSettings  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SLO = "tpot_p99=30ms"
@@ -113,8 +113,9 @@ def main() -> None:
     )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    floor = args.min_requests or (MIN_REQUESTS_PER_LEVEL_VLLM if args.vllm_folder
-                                  else MIN_REQUESTS_PER_LEVEL)  # fmt: skip
+    engine = "vllm" if args.vllm_folder else "builtin"
+    floor = TuneSettings(slo=SLO, engine=engine, min_requests=args.min_requests
+                         ).resolved_min_requests()  # fmt: skip
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:

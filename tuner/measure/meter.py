@@ -189,7 +189,7 @@ class Meter:
         )
 
     async def search_levels(
-        self, search: RateSearch, deadline_s: float | None = None
+        self, search: RateSearch, deadline_s: float | None = None, draw: int = 0
     ) -> AsyncIterator[LevelRun]:
         """Measure the levels `search` asks for, recording each verdict in it, until it ends
         or a new level would start past `deadline_s`; the caller may stop early."""
@@ -197,18 +197,19 @@ class Meter:
         while (rate := search.next_rate()) is not None:
             if deadline_s is not None and measured and self.clock() >= deadline_s:
                 return
-            run = await self.level(rate)
+            run = await self.level(rate, draw)
             measured += 1
             search.record(rate, run.level.passed)
             yield run
 
     async def capacity(
-        self, search: RateSearchSettings, deadline_s: float | None = None
+        self, search: RateSearchSettings, deadline_s: float | None = None, draw: int = 0
     ) -> CapacityResult:
-        """Capacity of the configured target: measure levels until the rate search ends."""
+        """Capacity of the configured target: measure levels until the rate search ends (every
+        level on one draw: the search's, 0, unless told another)."""
         state = RateSearch(search)
         start_s = self.clock()
-        levels = [run async for run in self.search_levels(state, deadline_s)]
+        levels = [run async for run in self.search_levels(state, deadline_s, draw)]
         return CapacityResult(state.capacity_rps, state.upper_bound_rps, state.outcome, levels,
                               self.clock() - start_s)  # fmt: skip
 
