@@ -214,6 +214,7 @@ def _sim(view: RunView) -> dict[str, Any] | None:
     return {"configs_screened": summary["configs_screened"],
             "configs_verified": summary["configs_verified"],
             "max_error": summary["max_error"], "error_bound": summary["error_bound"],
+            "max_gain_error": summary.get("max_gain_error", summary["max_error"]),
             "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
             "model_source": summary["model_source"], "verified": summary["verified"]}  # fmt: skip
 

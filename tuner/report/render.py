@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.report.plots import FIGURE_TITLES, PARAM_LABELS
+from tuner.report.simulated import band_note, band_table, sim_note, sim_table
 from tuner.report.summary import (
     bought_line,
     ms_text,
@@ -54,6 +55,8 @@ def render_markdown(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
         lines += ["## Same traffic", "", str(same_rate_sentence(same)), "", _md_table(*rows), ""]
     if rec.get("top"):
         lines += ["## Top configs, re-measured", "", _md_table(*top_table(rec)), ""]
+    if sim := sim_table(rec):
+        lines += ["## Simulated against measured", "", sim_note(rec), "", _md_table(*sim), ""]
     if band := band_table(rec):
         lines += ["## Across the traffic band (simulated)", "", band_note(rec), "",
                   _md_table(*band), ""]  # fmt: skip
@@ -101,37 +104,6 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
                      f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
     return header, rows
-
-
-def band_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
-    """Each banded config's capacity per cell (rows: configs; columns: long x burstiness)."""
-    band = rec.get("robustness")
-    if not band or not band.get("configs"):
-        return None
-    cells = band["configs"][0]["cells"]
-    head = ["trial", "worst req/s"] + [
-        f"long x{c['long_factor']:g}, burst {c['burstiness']:g}" for c in cells
-    ]
-    rows = [[str(c["trial"] + 1), f"{c['worst_rps']:.2f}",
-             *(f"{x['capacity_rps']:.2f}" for x in c["cells"])]
-            for c in band["configs"]]  # fmt: skip
-    return head, rows
-
-
-def band_note(rec: dict[str, Any]) -> str:
-    band = rec["robustness"]
-    trust = (
-        ""
-        if band["trusted"]
-        else (
-            " The simulator missed a verified capacity by more than its bound in this run: read "
-            "these as indicative."
-        )
-    )
-    return (f"Capacity in virtual time with the workload's long-prompt fraction "
-            f"({band['long_fraction']:.0%}) scaled x0.5-1.5 and gamma arrivals of shape 0.5 "
-            f"(bursty) to 2 (smooth); {band['basis']}. Recommended by "
-            f"{band['chosen_by']}.{trust}")  # fmt: skip
 
 
 def same_rate_rows(same: dict[str, Any] | None) -> tuple[list[str], list[list[str]]] | None:
@@ -263,6 +235,9 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
                   "is confirmed at the highest rate whose runs hold with every term's whole "
                   "interval, below any rate that does not.</p>"]  # fmt: skip
+    if sim := sim_table(rec):
+        parts += ["<h2>Simulated against measured</h2>", f"<p>{e(sim_note(rec))}</p>",
+                  _html_table(*sim)]  # fmt: skip
     if band := band_table(rec):
         parts += ["<h2>Across the traffic band (simulated)</h2>", f"<p>{e(band_note(rec))}</p>",
                   _html_table(*band)]  # fmt: skip

@@ -120,15 +120,15 @@ async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: 
 async def _check_simulator(run: ScreenedRun, simulator: fidelity.Simulator, budget: Budget,
                            display: StatusSink, log: SearchLog, search: SearchFn
                            ) -> SearchLog:  # fmt: skip
-    """Simulated against measured; when the simulator missed, search on the target for the
-    rest of the budget."""
+    """Simulated against measured; when the simulator overstated a gain, search on the target
+    for the rest of the budget."""
     summary = fidelity.summary(simulator, RunView.read(run.files, run.study).trials)
     attrs.set_sim_summary(run.study, summary)
     if not summary["fell_back"]:
         return log
-    miss, bound = summary["max_error"], summary["error_bound"]
-    display.line(f"the simulator missed a verified capacity by {miss:.0%} (bound {bound:.0%}): "
-                 "searching on the target itself")  # fmt: skip
+    miss, bound = summary["max_gain_error"], summary["error_bound"]
+    display.line(f"the simulator overstated a verified config's gain over the default by "
+                 f"{miss:.0%} (bound {bound:.0%}): searching on the target itself")  # fmt: skip
     return await search(run, budget, display)
 
 

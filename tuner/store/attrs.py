@@ -31,6 +31,7 @@ CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - 
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
 PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
+PREDICTED_DEFAULT = "predicted_default_rps"  # ... and the default's, by the same model
 ROBUST = "robustness"  # study: the top configs' simulated capacity across the traffic band
 STARTS_PREFIX = "starts "  # study: "starts host:pid" -> the servers that worker started
 SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
@@ -53,11 +54,14 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def role_attrs(role: Role, predicted_rps: float | None = None) -> dict[str, Any]:
+def role_attrs(role: Role, predicted_rps: float | None = None,
+               predicted_default_rps: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Attributes for `study.enqueue_trial(..., user_attrs=...)`."""
     out: dict[str, Any] = {ROLE: role.value}
     if predicted_rps is not None:
         out[PREDICTED] = predicted_rps
+    if predicted_default_rps is not None:
+        out[PREDICTED_DEFAULT] = predicted_default_rps
     return out
 
 
@@ -154,6 +158,8 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         ending=TrialEnding(ending) if ending else None, constraints=constraints_of(trial),
         worker=worker_of(trial), retry_of=retry_of(trial), same_as=attrs.get(SAME_AS),
         predicted_rps=predicted_of(trial),
+        predicted_default_rps=float(attrs[PREDICTED_DEFAULT]) if attrs.get(PREDICTED_DEFAULT)
+        else None,
     )  # fmt: skip
 
 

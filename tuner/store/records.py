@@ -77,6 +77,7 @@ class TrialRecord:
     retry_of: int | None = None  # the trial whose worker died and which this one measures again
     same_as: int | None = None  # a duplicate: the trial that measured (or measures) this config
     predicted_rps: float | None = None  # --fidelity sim: the capacity screening gave it
+    predicted_default_rps: float | None = None  # ... and the default's, by the same model
 
     @property
     def finished(self) -> bool:
