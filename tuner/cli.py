@@ -21,6 +21,8 @@ from tuner.settings import (
     DEFAULT_NUM_REQUESTS,
     DEFAULT_NUM_REQUESTS_GPU,
     DEFAULT_REL_TOL,
+    DEFAULT_REPEATS,
+    DEFAULT_REPEATS_VLLM,
     DEFAULT_TIME_BUDGET_S,
     DEFAULT_TIME_BUDGET_VLLM_S,
     DEFAULT_TRIALS,
@@ -93,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--time-budget", help="wall-clock budget of this run, e.g. 10m (default 9m, "
                    "20m with --engine vllm; a resume keeps the run's)")
     s.add_argument("--rate", type=float, help="optimise goodput at this fixed rate (req/s)")
-    s.add_argument("--repeats", type=int, default=1,
-                   help="re-measurements of each top config (default 1)")
+    s.add_argument("--repeats", type=int, help="re-measurements of each top config, each on a "
+                   f"fresh draw (default {DEFAULT_REPEATS}; {DEFAULT_REPEATS_VLLM} with --engine "
+                   "vllm, whose promise is checked on fresh starts)")
     s.add_argument("--top-k", type=int, default=3, help="configs to re-measure (default 3)")
     s.add_argument("--sampler", default=SamplerName.TPE.value,
                    choices=[x.value for x in SamplerName])
@@ -173,6 +176,8 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     default_budget = DEFAULT_TIME_BUDGET_VLLM_S if args.engine == "vllm" else DEFAULT_TIME_BUDGET_S
     budget = f"{default_budget:g}s" if args.time_budget is None else args.time_budget
     values["time_budget_s"] = parse_duration(budget)
+    if args.repeats is None:
+        values["repeats"] = DEFAULT_REPEATS_VLLM if args.engine == "vllm" else DEFAULT_REPEATS
     return TuneSettings(**values)
 
 

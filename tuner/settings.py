@@ -26,6 +26,10 @@ MIN_REQUESTS_PER_LEVEL = 20
 # arrival draw land: on real vLLM the same config's capacity moved 10-18 req/s between searches
 # with 8 s levels. benchmarks/level_noise.py measures how the spread falls with the level size.
 MIN_REQUESTS_PER_LEVEL_VLLM = 320
+# Fresh draws each top config is re-measured on. With --engine vllm one more: its confirmed
+# capacity must hold on each draw, and a run's promise is judged on fresh server starts.
+DEFAULT_REPEATS = 1
+DEFAULT_REPEATS_VLLM = 2
 # The seeded request list levels take their prefix from (enough for 8 s at 50 req/s on a CPU;
 # a GPU serves far more).
 DEFAULT_NUM_REQUESTS = 400
@@ -69,7 +73,7 @@ class TuneSettings:
     trials: int = DEFAULT_TRIALS
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     rate_rps: float | None = None
-    repeats: int = 1
+    repeats: int = DEFAULT_REPEATS
     top_k: int = 3
     sampler: str = SamplerName.TPE.value
     # "sim": screen the space on a simulator fitted to the target, then verify the best for

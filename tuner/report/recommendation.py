@@ -106,7 +106,8 @@ def config_entry(trial: TrialRecord, candidate: Candidate | None,
                  reference: bool = False) -> dict[str, Any]:  # fmt: skip
     """One config's capacity and terms: confirmed figures when it was re-measured.
 
-    A recommendation's capacity is one its pooled runs clear with each term's whole interval;
+    A recommendation's capacity is one its pooled runs clear with each term's whole interval,
+    and each run passes on its own;
     a reference's (the default, the rule of thumb: what a user runs today) is the highest
     rate its pooled runs pass on point estimates, which is never lower. A ratio of the first
     over the second is, if anything, understated: a stall-prone default's p99 interval is wide,

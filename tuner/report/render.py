@@ -233,8 +233,9 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
     if rec.get("top"):
         parts += ["<h2>Top configs, re-measured</h2>", _html_table(*top_table(rec)),
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
-                  "is confirmed at the highest rate whose runs hold with every term's whole "
-                  "interval, below any rate that does not.</p>"]  # fmt: skip
+                  "is confirmed at the highest rate whose runs hold pooled with every "
+                  "term's whole interval and each on its own, below any rate that does "
+                  "not.</p>"]  # fmt: skip
     if sim := sim_table(rec):
         parts += ["<h2>Simulated against measured</h2>", f"<p>{e(sim_note(rec))}</p>",
                   _html_table(*sim)]  # fmt: skip

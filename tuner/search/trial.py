@@ -179,9 +179,11 @@ class TrialRunner:
                   ) -> RateSearchSettings:  # fmt: skip
         predicted = attrs.predicted_of(trial)
         if predicted:
-            # The simulator's capacity: two tolerance steps either way, then bisection.
+            # The simulator's capacity, then one tolerance step at a time: a prediction within
+            # the tolerance is settled in two levels (two steps then bisection took three).
             s = self.search
-            return dataclasses.replace(s, start_rps=predicted, growth=1 + 2 * s.rel_tol,
+            step = 1 + s.rel_tol * (1 - 1e-9)  # exactly the tolerance apart counts as converged
+            return dataclasses.replace(s, start_rps=predicted, growth=step,
                                        min_rps=min(s.min_rps, predicted / 8))  # fmt: skip
         best = best_capacity(study)
         if best <= 0 or role.is_reference:

@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from loadgen.records import RequestRecord
 from slo import evaluate, parse_slo
-from tuner.measure.judge import Run, capacity_interval, judge_report, judge_runs, served_fraction
+from tuner.measure.judge import (
+    Run,
+    capacity_interval,
+    confirmed_capacity,
+    judge_report,
+    judge_runs,
+    served_fraction,
+)
 from tuner.measure.verdict import (
     Failure,
     Interval,
@@ -125,3 +132,21 @@ def test_the_capacity_interval_judges_resamples_by_the_same_rules():
     # The client fell behind at 4 req/s over HTTP: that level cannot count as a pass.
     lagged = [Run(2.0, ok), Run(4.0, ok, schedule_ok=False), Run(6.0, slow)]
     assert capacity_interval(lagged, SLO, RULES, n_boot=50).point == 2.0
+
+
+def test_a_confirmed_rate_holds_on_each_draw_not_only_pooled():
+    rng = np.random.default_rng(1)
+    calm = records(rng.uniform(0.005, 0.012, 380))
+    # A short draw whose slowest request misses: its own p99 is over the limit, while pooled
+    # with the calm draw it is a quarter of 1% of the requests.
+    unlucky = records([*rng.uniform(0.005, 0.012, 29), 0.050])
+    pooled = judge_runs([Run(4.0, calm), Run(4.0, unlucky)], SLO, RULES, 4.0, seed=0)
+    assert pooled.clears
+    capacity, verdicts = confirmed_capacity(
+        [Run(2.0, calm), Run(2.0, calm), Run(4.0, calm), Run(4.0, unlucky)], SLO, RULES
+    )
+    # 4 req/s missed on one draw: the promise is 2, and the report names what missed at 4.
+    assert capacity == 2.0
+    missed = verdicts[4.0]
+    assert not missed.passed and missed.failure() is Failure.SLO
+    assert missed.binding.term.metric.value == "tpot" and missed.binding.value_s > 0.03
