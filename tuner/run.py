@@ -24,9 +24,9 @@ from tuner.search.confirm import (
     Confirmer,
     choose,
     choose_robust,
+    confirm_order,
     default_at_rate,
     repooled,
-    restart_order,
     worth_checking,
 )
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
@@ -34,9 +34,9 @@ from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
     Scenario,
-    calibrated_start_rps,
     enqueue_default,
     enqueue_starting_configs,
+    first_start_rps,
     scenario_for,
 )
 from tuner.search.storage import open_storage
@@ -218,12 +218,9 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
         # or everything after the simulator missed). Shared studies are set up by their creator.
         for note in enqueue_starting_configs(run.study, run.space, run.scenario, s.budget_sweep):
             display.line(note)
-    start = s.start_rps or s.rate_rps or attrs.start_rate(run.study)
-    if start is None:
-        display.set_phase("calibrating: a burst of the request list on the default config")
-        burst = s.burst_requests(run.target.facts.device)
-        start = await calibrated_start_rps(run.study, run.meter, run.space.default_config(), burst)
-        display.line(f"first trial starts at {start:.2f} req/s (80% of a burst's throughput)")
+    burst = s.burst_requests(run.target.facts.device)
+    start = s.start_rps or s.rate_rps or await first_start_rps(
+        run.study, run.meter, run.space.default_config(), burst, display)  # fmt: skip
     rate_search = RateSearchSettings(start_rps=start, growth=s.growth, rel_tol=s.rel_tol,
                                      min_rps=s.min_rps or start / 8,
                                      max_levels=s.max_levels)  # fmt: skip
@@ -255,10 +252,11 @@ async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candi
     frozen = {t.number: t for t in top_trials(run.study, s.top_k, run.mode)}
     top = [view.trial(n) for n in frozen]
     out = []
-    for trial in restart_order(top, getattr(run.target, "running_knobs", None)):
+    for trial in confirm_order(top):
         level_s = run.meter.expected_level_s(s.rate_rps or frozen[trial.number].value or 1.0)
         deadline = budget.level_deadline_s(level_s)
-        out.append(await confirmer.confirm(trial, s.repeats, deadline))
+        rivals = [] if s.robust else out  # --robust may choose a config that cannot win here
+        out.append(await confirmer.confirm(trial, s.repeats, deadline, rivals))
     return out
 
 

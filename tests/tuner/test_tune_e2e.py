@@ -227,6 +227,12 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     assert sim["max_error"] >= 0 and sim["error_bound"] > 0
     for verified in sim["verified"]:
         assert verified["simulated_rps"] > 0 and verified["capacity_err"] >= 0
+    # Fitted on the burst and a small-budget level first, the simulator placed the default:
+    # its search started at its simulated capacity, not at --start-rate.
+    done, _ = finished(run_dir)
+    default = next(t for t in done if t.user_attrs["role"] == "default")
+    hint = default.user_attrs["start_hint_rps"]
+    assert hint > 0 and default.user_attrs["level_000"]["rate_rps"] == pytest.approx(hint)
     assert rec["engine"]["name"] == "engine_lite" and rec["vllm_starts"] is None
     assert rec["elapsed_s"] > 0
     if rec["best"] is not None:

@@ -101,8 +101,9 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for c in rec["top"]:
         ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
         terms = "; ".join(f"{t['metric']} {term_text(t)}" for t in c["terms"])
+        confirmed = f"{c['confirmed_rps']:.2f}" if c["repeats"] else "not re-measured"
         rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
-                     f"{c['confirmed_rps']:.2f}", _ci(ci), terms])  # fmt: skip
+                     confirmed, _ci(ci), terms])  # fmt: skip
     return header, rows
 
 
@@ -235,7 +236,8 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "<p class='note'>Intervals are 95% bootstrap intervals over requests; a config "
                   "is confirmed at the highest rate whose runs hold pooled with every "
                   "term's whole interval and each on its own, below any rate that does "
-                  "not.</p>"]  # fmt: skip
+                  "not. A config whose search capacity is at most a rate already confirmed "
+                  "is not re-measured: re-measuring only steps down from it.</p>"]  # fmt: skip
     if sim := sim_table(rec):
         parts += ["<h2>Simulated against measured</h2>", f"<p>{e(sim_note(rec))}</p>",
                   _html_table(*sim)]  # fmt: skip

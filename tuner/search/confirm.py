@@ -19,7 +19,6 @@ from tuner.measure.meter import Meter
 from tuner.measure.verdict import VerdictRules
 from tuner.store.records import Candidate, Mode, Role, SameRateCheck, TrialRecord
 from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles
-from tuner.targets.knobs import Knobs
 
 
 @dataclass(slots=True)
@@ -35,16 +34,20 @@ class Confirmer:
     max_steps_down: int = 2
 
     async def confirm(
-        self, trial: TrialRecord, repeats: int, deadline_s: float | None = None
-    ) -> Candidate:
+        self, trial: TrialRecord, repeats: int, deadline_s: float | None = None,
+        rivals: Sequence[Candidate] = (),
+    ) -> Candidate:  # fmt: skip
         """Repeat the trial's capacity (or --rate) level and build its intervals.
 
         A capacity sits where the SLO only just held, so a repeat there fails about half the
         time; then the rate steps down by the search's tolerance (at most `max_steps_down`
-        times) until the pooled intervals clear, rather than calling the config unusable.
+        times) until the pooled intervals clear, rather than calling the config unusable. A
+        config that cannot beat one of the `rivals` confirmed already is not measured.
         """
-        runs = self.files.search_runs(trial)
         rate = candidate_rate(trial, self.mode, self.rate_rps)
+        if cannot_win(trial, rivals, self.mode):
+            return search_candidate(trial, rate)
+        runs = self.files.search_runs(trial)
         measured = 0
 
         async def measure(at_rps: float) -> bool:
@@ -136,17 +139,26 @@ def repooled(candidates: list[Candidate], default: TrialRecord, files: RunFiles,
     return [c for c in candidates if c.trial != default.number] + [fresh]
 
 
-def restart_order(trials: list[TrialRecord], running: Knobs | None) -> list[TrialRecord]:
-    """The order that starts a per-config server (vLLM's 45-75 s) least often: the config
-    already running first, the default last, so the same-traffic check that follows finds the
-    default's server up. The choice itself does not depend on the order."""
+def confirm_order(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """The best search capacity first, so that a config which cannot beat one already
+    confirmed is not measured (`cannot_win`); the references after, the default last, so the
+    same-traffic check that follows finds the default's server up (vLLM's 45-75 s start)."""
 
-    def rank(t: TrialRecord) -> int:
-        if running is not None and t.knobs == running:
-            return 0
-        return 2 if t.role is Role.DEFAULT else 1
+    def rank(t: TrialRecord) -> tuple[int, float]:
+        kind = 2 if t.role is Role.DEFAULT else 1 if t.role.is_reference else 0
+        return kind, -float(t.capacity_rps or t.value or 0.0)
 
     return sorted(trials, key=rank)
+
+
+def cannot_win(trial: TrialRecord, confirmed: Sequence[Candidate], mode: Mode) -> bool:
+    """A searched config whose search capacity is at most the best confirmed rate so far:
+    confirmation only steps down from a search capacity, so it could not be chosen over that
+    one (a reference is always confirmed: the report states its capacity)."""
+    if mode is not Mode.CAPACITY or trial.role.is_reference:
+        return False
+    best = max((c.confirmed_rps for c in confirmed), default=0.0)
+    return best > 0 and float(trial.capacity_rps or trial.value or 0.0) <= best
 
 
 def choose(candidates: list[Candidate]) -> Candidate | None:

@@ -156,10 +156,14 @@ class Simulator:
         # The default under this same model: what a verified config's simulated gain is over.
         default = space.default_config()
         ours = next((s for s in screening.ranked if key(s.knobs) == key(default)), None)
-        if ours is None:
-            ours = (await screen(self.sim, self.meter, [default], start_rps)).ranked[0]
-        self.default_rps = ours.capacity_rps
+        self.default_rps = (ours.capacity_rps if ours is not None
+                            else await self.capacity_of(default, start_rps))  # fmt: skip
         return self.ranked
+
+    async def capacity_of(self, knobs: Knobs, start_rps: float) -> float:
+        """One config's simulated capacity under the current model."""
+        assert self.sim is not None and self.meter is not None
+        return (await screen(self.sim, self.meter, [knobs], start_rps)).ranked[0].capacity_rps
 
     def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
         """Queue the best screened config not measured yet; False when none is left."""

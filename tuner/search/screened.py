@@ -16,7 +16,7 @@ from tuner.report.live import StatusSink
 from tuner.search import fidelity
 from tuner.search.loop import Budget, SearchLog
 from tuner.search.space import SearchSpace
-from tuner.search.starting import enqueue_default
+from tuner.search.starting import enqueue_default, first_start_rps
 from tuner.search.study import has_role, top_trials
 from tuner.sim import robust
 from tuner.sim.profile import Profile
@@ -60,9 +60,13 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
     if simulator is None:
         display.line("no simulator for this target (pass --profile FILE): measuring for real")
         return None
-    if not has_role(run.study, Role.DEFAULT):
-        enqueue_default(run.study, run.space)
     simulator.recording(True)
+    placed = False
+    if not has_role(run.study, Role.DEFAULT):
+        hint = None
+        if simulator.steps is not None:
+            hint, placed = await _place_default(run, simulator, display), True
+        enqueue_default(run.study, run.space, hint)
     log = await search(run, budget, display, queued_only=True)
     if any(has_role(run.study, role) for role in _PAST_SCREENING):
         # Resumed after screening (or after its fall-back to a real search): the engine steps
@@ -72,7 +76,7 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         return await search(run, budget, display)
     view = RunView.read(run.files, run.study)
     default = view.with_role(Role.DEFAULT)
-    if simulator.steps is not None and default is not None and default.capacity_rps:
+    if simulator.steps is not None and not placed and default is not None and default.capacity_rps:
         display.set_phase("one level on a small budget: chunked steps for the simulator")
         await fidelity.calibration_level(run.meter, run.space, default.capacity_rps)
     if not await simulator.fit(run.meter, fidelity.real_levels(view)):
@@ -87,6 +91,24 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
     log = await _check_simulator(run, simulator, budget, display, log, search)
     await _robustness(run, simulator, display)
     return log
+
+
+async def _place_default(run: ScreenedRun, simulator: fidelity.Simulator,
+                         display: StatusSink) -> float | None:  # fmt: skip
+    """The built-in engine on a fresh run: the burst's steps and one level on a small budget
+    fit the simulator before the default is measured, so the default's rate search starts at
+    its simulated capacity (two levels when that is within the tolerance, where the climb from
+    80% of the burst's throughput took five). None when there is too little to fit on."""
+    s, default = run.settings, run.space.default_config()
+    burst = s.burst_requests(run.target.facts.device)
+    start = s.start_rps or await first_start_rps(run.study, run.meter, default, burst, display)
+    display.set_phase("one level on a small budget: chunked steps for the simulator")
+    await fidelity.calibration_level(run.meter, run.space, start)
+    if not await simulator.fit(run.meter, []):
+        return None
+    hint = await simulator.capacity_of(default, start)
+    display.line(f"the default's search starts at its simulated capacity, {hint:.2f} req/s")
+    return hint or None
 
 
 # Roles a study holds only once screening has run (or has handed over to a real search).

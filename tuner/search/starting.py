@@ -16,6 +16,7 @@ import optuna
 from loadgen import RequestRecord
 from tuner.errors import TuneError
 from tuner.measure.meter import Meter
+from tuner.report.live import StatusSink
 from tuner.report.summary import short_config
 from tuner.search.space import BUDGET, IntRange, SearchSpace
 from tuner.search.study import has_role
@@ -122,10 +123,24 @@ def enqueue_starting_configs(study: optuna.Study, space: SearchSpace, scenario: 
     return notes
 
 
-def enqueue_default(study: optuna.Study, space: SearchSpace) -> None:
-    """Queue the default config alone (the simulator's path measures it first)."""
-    study.enqueue_trial(space.to_params(space.default_config()),
-                        user_attrs=attrs.role_attrs(Role.DEFAULT))  # fmt: skip
+def enqueue_default(study: optuna.Study, space: SearchSpace,
+                    start_hint_rps: float | None = None) -> None:  # fmt: skip
+    """Queue the default config alone (the simulator's path measures it first), its search
+    starting at `start_hint_rps` when the simulator placed it."""
+    role_attrs = attrs.role_attrs(Role.DEFAULT, start_hint_rps=start_hint_rps)
+    study.enqueue_trial(space.to_params(space.default_config()), user_attrs=role_attrs)
+
+
+async def first_start_rps(study: optuna.Study, meter: Meter, default: Knobs, burst: int,
+                          display: StatusSink) -> float:  # fmt: skip
+    """The first trial's start rate: the study's, or measured on a burst (and then kept)."""
+    known = attrs.start_rate(study)
+    if known:
+        return known
+    display.set_phase("calibrating: a burst of the request list on the default config")
+    start = await calibrated_start_rps(study, meter, default, burst)
+    display.line(f"first trial starts at {start:.2f} req/s (80% of a burst's throughput)")
+    return start
 
 
 async def calibrated_start_rps(

@@ -177,10 +177,11 @@ class TrialRunner:
 
     def _settings(self, study: optuna.Study, trial: optuna.Trial, role: Role
                   ) -> RateSearchSettings:  # fmt: skip
-        predicted = attrs.predicted_of(trial)
+        predicted = attrs.predicted_of(trial) or attrs.start_hint_of(trial)
         if predicted:
             # The simulator's capacity, then one tolerance step at a time: a prediction within
-            # the tolerance is settled in two levels (two steps then bisection took three).
+            # the tolerance is settled in two levels (two steps then bisection took three). A
+            # reference the simulator placed (a hint, not a prediction it is judged on) too.
             s = self.search
             step = 1 + s.rel_tol * (1 - 1e-9)  # exactly the tolerance apart counts as converged
             return dataclasses.replace(s, start_rps=predicted, growth=step,

@@ -32,6 +32,7 @@ STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
 PREDICTED = "predicted_rps"  # a trial the simulator screened: its simulated capacity
 PREDICTED_DEFAULT = "predicted_default_rps"  # ... and the default's, by the same model
+START_HINT = "start_hint_rps"  # a reference the simulator placed: where its rate search starts
 ROBUST = "robustness"  # study: the top configs' simulated capacity across the traffic band
 STARTS_PREFIX = "starts "  # study: "starts host:pid" -> the servers that worker started
 SIM = "sim"  # study: what the simulator screened and how close it came (a SimSummary)
@@ -55,9 +56,12 @@ def worker_id() -> str:
 
 
 def role_attrs(role: Role, predicted_rps: float | None = None,
-               predicted_default_rps: float | None = None) -> dict[str, Any]:  # fmt: skip
+               predicted_default_rps: float | None = None,
+               start_hint_rps: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Attributes for `study.enqueue_trial(..., user_attrs=...)`."""
     out: dict[str, Any] = {ROLE: role.value}
+    if start_hint_rps:
+        out[START_HINT] = start_hint_rps
     if predicted_rps is not None:
         out[PREDICTED] = predicted_rps
     if predicted_default_rps is not None:
@@ -67,6 +71,11 @@ def role_attrs(role: Role, predicted_rps: float | None = None,
 
 def predicted_of(trial: _Trial) -> float | None:
     value = trial.user_attrs.get(PREDICTED)
+    return float(value) if value else None
+
+
+def start_hint_of(trial: _Trial) -> float | None:
+    value = trial.user_attrs.get(START_HINT)
     return float(value) if value else None
 
 

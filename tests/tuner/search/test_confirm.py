@@ -7,7 +7,7 @@ from loadgen import build_workload
 from slo import parse_slo
 from tuner.measure.meter import Meter
 from tuner.search.confirm import Confirmer, choose
-from tuner.store.records import Mode, Role, TrialRecord, rules_for
+from tuner.store.records import Candidate, Mode, Role, TrialRecord, rules_for
 from tuner.store.runfiles import RunFiles
 from tuner.targets.builtin import BuiltinTarget
 
@@ -36,18 +36,28 @@ async def test_an_overstated_capacity_steps_down_to_a_rate_that_holds(tmp_path):
     assert choose([cand]) is cand
 
 
-def test_confirmation_starts_the_fewest_servers_the_running_config_first_the_default_last():
-    from tuner.search.confirm import restart_order
+def test_the_best_is_confirmed_first_and_a_config_that_cannot_beat_it_is_not_measured():
+    from tuner.search.confirm import cannot_win, confirm_order
 
-    def trial(n: int, role: Role, budget: int) -> TrialRecord:
-        return TrialRecord(n, TrialState.COMPLETE, role, {"max_num_batched_tokens": budget})
+    def trial(n: int, role: Role, budget: int, capacity: float) -> TrialRecord:
+        return TrialRecord(n, TrialState.COMPLETE, role, {"max_num_batched_tokens": budget},
+                           value=capacity, capacity_rps=capacity)  # fmt: skip
 
-    default, a, b = (
-        trial(0, Role.DEFAULT, 2048),
-        trial(1, Role.SCREENED, 256),
-        trial(2, Role.SEARCH, 512),
-    )
-    order = restart_order([default, a, b], running={"max_num_batched_tokens": 512})
-    assert [t.number for t in order] == [2, 1, 0]
-    # No server up (the built-in engine): the search's order, the default still last.
-    assert [t.number for t in restart_order([default, a, b], None)] == [1, 2, 0]
+    default, rule = trial(0, Role.DEFAULT, 2048, 9.0), trial(1, Role.RULE_OF_THUMB, 4096, 9.5)
+    a, b = trial(2, Role.SCREENED, 256, 11.0), trial(3, Role.SEARCH, 512, 10.2)
+    # Best search capacity first; the references after, the default last (its server is then
+    # up for the same-traffic check).
+    assert [t.number for t in confirm_order([default, b, rule, a])] == [2, 3, 1, 0]
+
+    def confirmed(t: TrialRecord, at: float) -> Candidate:
+        return Candidate(t.number, t.role, t.knobs, t.value, None, 1, at)  # type: ignore[arg-type]
+
+    # 256 held at 11.0: 512's search capacity (10.2) is the most its confirmation could give.
+    assert cannot_win(b, [confirmed(a, 11.0)], Mode.CAPACITY)
+    # 256 held only a step down, at 9.6: 512 could still win, so it is measured.
+    assert not cannot_win(b, [confirmed(a, 9.6)], Mode.CAPACITY)
+    assert not cannot_win(b, [confirmed(a, 0.0)], Mode.CAPACITY)  # nothing cleared yet
+    # A reference is always measured (the report states its capacity), and --rate mode ranks
+    # goodput at one rate, which a step down does not bound.
+    assert not cannot_win(default, [confirmed(a, 11.0)], Mode.CAPACITY)
+    assert not cannot_win(b, [confirmed(a, 11.0)], Mode.GOODPUT)
