@@ -3,11 +3,13 @@
 On the CPU default (tiny, mixed, tpot_p99=30ms), in one run on one engine:
   (a) grid    every config of a discretised space, each with a full capacity search (vLLM's
               benchmarks/auto_tune approach: no pruning);
-  (b) random  tune's own pipeline with Optuna's RandomSampler and the same trial count as ours;
+  (b) random  tune's own pipeline with Optuna's RandomSampler and the same trial count as ours,
+              on the target alone (--fidelity real);
   (c) manual  start at the table value (4096 for chat); halve the budget while TPOT p99 misses,
               double it while TTFT p99 misses (or the queue grows); keep the best (it has no
               seed, so it runs once);
-  ours        `tune` as shipped (TPE, budget sweep first) with a 5-minute time budget;
+  ours        `tune` as shipped (the simulator screens, the target verifies) with a 5-minute
+              time budget;
 (b) and ours for each of --seeds seeds; random gets ours' trial count and no budget sweep.
 Then every recommended config (and the grid's best) is re-measured
 --eval-repeats times, interleaved, with a finer rate bracket (5%) than the searches use, so all
@@ -153,11 +155,13 @@ async def run_manual(bench: Bench) -> dict:
 
 async def run_tuner(sampler: str, seed: int, trials: int, budget_s: float, run_dir: Path,
                     num_requests: int) -> dict:  # fmt: skip
-    # Random search is the sampler alone: the budget sweep tune queues first is part of ours.
+    # Random search is the sampler alone, on the target: the simulator's screening and the
+    # budget sweep tune queues first are part of ours.
+    ours = sampler != "random"
     settings = TuneSettings(slo=SLO_TEXT, sampler=sampler, seed=seed, trials=trials,
                             time_budget_s=budget_s, run_dir=str(run_dir),
-                            num_requests=num_requests,
-                            budget_sweep=sampler != "random")  # fmt: skip
+                            num_requests=num_requests, budget_sweep=ours,
+                            fidelity="sim" if ours else "real")  # fmt: skip
     start = time.monotonic()
     rec = await run_tune(settings, quiet=True)
     wall = time.monotonic() - start

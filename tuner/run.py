@@ -34,7 +34,6 @@ from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
     Scenario,
-    enqueue_default,
     enqueue_starting_configs,
     first_start_rps,
     scenario_for,
@@ -175,8 +174,7 @@ def prepare(
 
     def setup(study: optuna.Study) -> list[str]:
         if screens_with_simulator(settings.fidelity, mode, settings.storage):
-            enqueue_default(study, space)  # the simulator chooses what is measured next
-            return []
+            return []  # the simulator queues the default (placed, where it can) and what follows
         return enqueue_starting_configs(study, space, scenario, settings.budget_sweep)
 
     mine = study_identity(settings, workload, mode, slo, target, space)

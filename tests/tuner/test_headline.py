@@ -1,19 +1,27 @@
 """The headline claims a ratio over the default only when the same traffic shows it."""
 
-from tuner.report.summary import SAME_TRAFFIC, UNCHECKED, WITHIN_NOISE, headline, summary_line
+from tuner.report.summary import (
+    SAME_TRAFFIC,
+    UNCHECKED,
+    WITHIN_NOISE,
+    headline,
+    same_rate_sentence,
+    summary_line,
+)
 
 TERM = {"metric": "tpot_p99", "value_ms": 25.0, "limit_ms": 30.0, "low_ms": 20.0,
         "high_ms": 28.0}  # fmt: skip
 
 
-def rec(default_meets: bool | None) -> dict:
+def rec(default_meets: bool | None, draws: int = 1, missed: int | None = None) -> dict:
     same = None
     if default_meets is not None:
         term = dict(TERM, value_ms=25.0 if default_meets else 41.0, low_ms=20.0 if
                     default_meets else 35.0)  # fmt: skip
         same = {"rate_rps": 6.0, "default": {"meets_slo": default_meets, "terms": [term],
                                              "kept_up": True, "served_fraction": 1.0,
-                                             "error_rate": 0.0}}  # fmt: skip
+                                             "error_rate": 0.0, "draws": draws,
+                                             "draws_missed": missed}}  # fmt: skip
     out = {"slo": "tpot_p99=30ms", "feasible": True, "objective": {"mode": "capacity"},
            "best": {"config": {"max_num_batched_tokens": 1024}, "capacity_rps": 6.3},
            "default": {"config": {"max_num_batched_tokens": 2048}, "capacity_rps": 5.0},
@@ -41,3 +49,16 @@ def test_a_ratio_never_checked_at_the_same_traffic_says_so():
     r = rec(default_meets=None)
     assert r["headline"]["basis"] == UNCHECKED
     assert summary_line(r).endswith("(not checked at the same traffic)")
+
+
+def test_a_default_sunk_pooled_by_one_bad_draw_does_not_make_a_claim():
+    # Pooled over three draws its p99 missed, yet alone it met the SLO on two of them.
+    r = rec(default_meets=False, draws=3, missed=1)
+    assert r["headline"]["basis"] == WITHIN_NOISE and r["headline"]["claimed_ratio"] is None
+    text = summary_line(r)
+    assert text.startswith("keep the vLLM default") and "on 2 of its 3 arrival draws alone" in text
+    sentence = same_rate_sentence(r["default_at_recommended_rate"])
+    assert "meets the SLO on 2 of its 3 arrival draws alone" in sentence
+    # Missed on two of three alone: that is a miss, and the ratio is claimed.
+    r = rec(default_meets=False, draws=3, missed=2)
+    assert r["headline"] == {"basis": SAME_TRAFFIC, "claimed_ratio": 1.26}

@@ -37,9 +37,10 @@ def summary_line(rec: dict[str, Any]) -> str:
     basis = (rec.get("headline") or {}).get("basis")
     if basis == WITHIN_NOISE:
         rate = rec["default_at_recommended_rate"]["rate_rps"]
+        held = draws_held(rec["default_at_recommended_rate"]["default"])
         return (f"keep the vLLM default: at {rate:.2f} req/s, where {short_config(best['config'])}"
-                f" was confirmed, the default also meets {slo}, so the {ratio:.2f}x measured "
-                "between their capacities is within noise")  # fmt: skip
+                f" was confirmed, the default also meets {slo}{held}, so the {ratio:.2f}x "
+                "measured between their capacities is within noise")  # fmt: skip
     text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
     if ratio is not None:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
@@ -77,9 +78,26 @@ def headline(rec: dict[str, Any]) -> dict[str, Any]:
         return {"basis": None, "claimed_ratio": None}
     if not same:
         return {"basis": UNCHECKED, "claimed_ratio": None}
-    if same["default"]["meets_slo"]:
+    if same["default"]["meets_slo"] or not _missed_on_most_draws(same["default"]):
         return {"basis": WITHIN_NOISE, "claimed_ratio": None, "recommend": "default"}
     return {"basis": SAME_TRAFFIC, "claimed_ratio": ratio}
+
+
+def _missed_on_most_draws(default: dict[str, Any]) -> bool:
+    """Pooled, one bad draw can sink the default's p99: on vLLM CPU it read 64 ms over three
+    draws at a rate where two of them, alone, met 30 ms. A miss counts when most draws miss on
+    their own (a report written before draws were judged alone goes by the pooled verdict)."""
+    missed = default.get("draws_missed")
+    return missed is None or 2 * missed > default.get("draws", 1)
+
+
+def draws_held(default: dict[str, Any]) -> str:
+    """' on 2 of its 3 arrival draws alone' when the pooled verdict missed but most draws did
+    not; '' when it met the SLO pooled."""
+    if default["meets_slo"] or default.get("draws_missed") is None:
+        return ""
+    draws = default.get("draws", 1)
+    return f" on {draws - default['draws_missed']} of its {draws} arrival draws alone"
 
 
 def missed_terms(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,6 +123,10 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     measured = "measured once" if draws == 1 else f"{draws} arrival draws pooled"
     if d["meets_slo"]:
         return f"At {rate:.2f} req/s the vLLM default also meets the SLO ({measured})."
+    if not _missed_on_most_draws(d):
+        held = draws_held(d)
+        return (f"At {rate:.2f} req/s the vLLM default meets the SLO{held} (pooled, one draw's "
+                "tail sinks its p99, so that is not counted as a miss).")  # fmt: skip
     parts = [f"{t['metric']} {ms_text(t['value_ms'])} (limit {t['limit_ms']:g} ms; {_certainty(t)})"
              for t in missed_terms(d)]  # fmt: skip
     if not d["kept_up"]:

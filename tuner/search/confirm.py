@@ -211,5 +211,7 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
         first = files.confirm_run_count(trial) + 1
         for i, run in enumerate(runs):
             files.write_confirm_run(trial, first + i, run)
-    default = judge_runs([run.run() for run in runs], meter.slo, meter.rules, rate, seed)
-    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs))
+    judged = [run.run() for run in runs]
+    default = judge_runs(judged, meter.slo, meter.rules, rate, seed)
+    missed = sum(not judge_runs([run], meter.slo, meter.rules, rate).passed for run in judged)
+    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs), missed)

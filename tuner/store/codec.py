@@ -138,7 +138,8 @@ def same_rate_json(s: SameRateCheck | None) -> dict[str, Any] | None:
     return clean_json({
         "rate_rps": s.rate_rps,
         "default": {"meets_slo": d.passed, "slo_met": d.slo_met, "kept_up": d.kept_up,
-                    "draws": s.default_draws, **verdict_json(d)},
+                    "draws": s.default_draws, "draws_missed": s.default_draws_missed,
+                    **verdict_json(d)},
         "recommended": {"meets_slo": r.clears, "repeats": s.recommended_repeats,
                         **verdict_json(r)},
     })  # fmt: skip
@@ -159,7 +160,8 @@ def confirmation_from_json(data: Mapping[str, Any], slo: SLO, rules: VerdictRule
         check = SameRateCheck(rate, verdict_from_json(same["default"], rate, slo, rules),
                               verdict_from_json(same["recommended"], rate, slo, rules),
                               same["recommended"]["repeats"],
-                              same["default"].get("draws", 1))  # fmt: skip
+                              same["default"].get("draws", 1),
+                              same["default"].get("draws_missed"))  # fmt: skip
     return Confirmation([candidate_from_json(x, slo, rules) for x in data.get("candidates", [])],
                         data.get("chosen_trial"), check, data.get("stopped_by") or "",
                         data.get("elapsed_s"))  # fmt: skip

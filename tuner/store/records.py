@@ -125,6 +125,7 @@ class SameRateCheck:
     recommended: LevelVerdict
     recommended_repeats: int
     default_draws: int = 1  # arrival draws the default's verdict pools
+    default_draws_missed: int | None = None  # of them, those it missed on alone (None: unknown)
 
 
 @dataclass(slots=True)
