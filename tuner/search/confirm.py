@@ -193,15 +193,22 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
                           seed: int = 0, draws: int = 1, end_s: float | None = None,
                           trial: int | None = None) -> SameRateCheck:  # fmt: skip
     """Measure the default at the recommendation's confirmed rate on up to `draws` arrival
-    draws (the search's and fresh ones, as many as the recommendation pooled), judged pooled;
+    draws (the search's and fresh ones, as many as the recommendation pooled), judged pooled
+    and each alone, with one more when the draws split evenly between missing and holding;
     a draw after the first starts only if one as long as the last still ends by `end_s`.
     With the default's `trial`, each draw is kept as one of its re-measurements too, so its
     own capacity is judged on everything measured of it."""
     rate = chosen.verdict.rate_rps
+    slo, rules = meter.slo, meter.rules
     await meter.target.apply(default_knobs)
     started = meter.clock()
     runs = [await meter.level(rate)]
-    while len(runs) < draws:
+
+    def tied() -> bool:  # as many draws missed as held: one more decides
+        missed = sum(not judge_runs([r.run()], slo, rules, rate).passed for r in runs)
+        return 2 * missed == len(runs)
+
+    while len(runs) < draws or (len(runs) == draws and tied()):
         last_s, started = meter.clock() - started, meter.clock()
         if end_s is not None and started + last_s > end_s:
             break
@@ -212,6 +219,6 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
         for i, run in enumerate(runs):
             files.write_confirm_run(trial, first + i, run)
     judged = [run.run() for run in runs]
-    default = judge_runs(judged, meter.slo, meter.rules, rate, seed)
-    missed = sum(not judge_runs([run], meter.slo, meter.rules, rate).passed for run in judged)
+    default = judge_runs(judged, slo, rules, rate, seed)
+    missed = sum(not judge_runs([run], slo, rules, rate).passed for run in judged)
     return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs), missed)

@@ -113,3 +113,31 @@ async def test_the_default_is_judged_on_as_many_arrival_draws_as_the_recommendat
                for line in (tmp_path / SAME_RATE_RECORDS).read_text().splitlines()]  # fmt: skip
     assert sorted(indices) == list(range(16))  # two stretches of the list, not one twice
     assert "2 arrival draws pooled" in same_rate_sentence(same)
+
+
+async def test_draws_that_split_evenly_get_one_more_to_decide(tmp_path):
+    """The default held on one draw and missed on the other: a third decides (the headline
+    counts a miss only when most draws miss alone)."""
+    import dataclasses
+
+    short = build_workload("random", num_requests=8, input_len=32, output_len=4).requests
+    long = build_workload("random", num_requests=8, input_len=3000, output_len=4,
+                          seed=1).requests  # fmt: skip
+    # The first stretch is short prompts (it holds), the second long ones (it misses); the
+    # third wraps round to the short ones again.
+    requests = [dataclasses.replace(r, index=i) for i, r in enumerate([*short, *long])]
+    slo = parse_slo("ttft_p99=150ms")
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    files = RunFiles(tmp_path)
+    files.ensure()
+    meter = Meter(target, requests, slo, LevelSettings(duration_s=1.0, min_requests=8),
+                  rules_for(Mode.CAPACITY, False))  # fmt: skip
+    try:
+        run = await meter.level(RATE)
+        verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
+        chosen = Candidate(3, Role.SEARCH, dict(target.knobs.defaults), RATE, verdict, 1, RATE)
+        same = same_rate_json(await default_at_rate(meter, files, target.knobs.defaults, chosen,
+                                                    draws=2))  # fmt: skip
+    finally:
+        await target.close()
+    assert same["default"]["draws"] == 3 and same["default"]["draws_missed"] == 1
