@@ -129,11 +129,11 @@ def confirmed_capacity(
     verdicts = {}
     for rate, group in by_rate(runs).items():
         point = judge_runs(group, slo, rules, rate)
-        missed = worst_draw(group, slo, rules, rate) if point.passed else None
-        if missed is not None:
-            verdicts[rate] = missed
-        else:
-            verdicts[rate] = judge_runs(group, slo, rules, rate, seed) if point.passed else point
+        if not point.passed:
+            verdicts[rate] = point
+            continue
+        missed = worst_draw(group, slo, rules, rate)
+        verdicts[rate] = missed if missed is not None else judge_runs(group, slo, rules, rate, seed)
     return capacity_envelope((r, v.clears) for r, v in verdicts.items())[0], verdicts
 
 
@@ -143,9 +143,13 @@ def worst_draw(group: Sequence[Run], slo: SLO, rules: VerdictRules,
     each passes, or there is only one)."""
     if len(group) < 2:
         return None
-    failed = [v for v in (judge_runs([run], slo, rules, rate_rps) for run in group)
-              if not v.passed]  # fmt: skip
+    failed = [v for v in (judge_alone(run, slo, rules, rate_rps) for run in group) if not v.passed]
     return min(failed, key=_room, default=None)
+
+
+def judge_alone(run: Run, slo: SLO, rules: VerdictRules, rate_rps: float) -> LevelVerdict:
+    """One run of several at a rate, judged on its own point estimates."""
+    return judge_runs([run], slo, rules, rate_rps)
 
 
 def _room(verdict: LevelVerdict) -> float:

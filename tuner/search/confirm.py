@@ -14,7 +14,13 @@ from typing import Any
 
 from slo import SLO
 from tuner.measure.bootstrap import goodput_interval
-from tuner.measure.judge import Run, capacity_interval, confirmed_capacity, judge_runs
+from tuner.measure.judge import (
+    Run,
+    capacity_interval,
+    confirmed_capacity,
+    judge_alone,
+    judge_runs,
+)
 from tuner.measure.meter import Meter
 from tuner.measure.verdict import VerdictRules
 from tuner.store.records import Candidate, Mode, Role, SameRateCheck, TrialRecord
@@ -203,22 +209,18 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
     await meter.target.apply(default_knobs)
     started = meter.clock()
     runs = [await meter.level(rate)]
-
-    def tied() -> bool:  # as many draws missed as held: one more decides
-        missed = sum(not judge_runs([r.run()], slo, rules, rate).passed for r in runs)
-        return 2 * missed == len(runs)
-
-    while len(runs) < draws or (len(runs) == draws and tied()):
+    missed = int(not judge_alone(runs[0].run(), slo, rules, rate).passed)
+    # As many draws missed as held (a tie): one more decides.
+    while len(runs) < draws or (len(runs) == draws and 2 * missed == len(runs)):
         last_s, started = meter.clock() - started, meter.clock()
         if end_s is not None and started + last_s > end_s:
             break
         runs.append(await meter.level(rate, draw=len(runs)))
+        missed += not judge_alone(runs[-1].run(), slo, rules, rate).passed
     files.write_records(files.root / SAME_RATE_RECORDS, [r for run in runs for r in run.records])
     if trial is not None:
         first = files.confirm_run_count(trial) + 1
         for i, run in enumerate(runs):
             files.write_confirm_run(trial, first + i, run)
-    judged = [run.run() for run in runs]
-    default = judge_runs(judged, slo, rules, rate, seed)
-    missed = sum(not judge_runs([run], slo, rules, rate).passed for run in judged)
+    default = judge_runs([run.run() for run in runs], slo, rules, rate, seed)
     return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs), missed)

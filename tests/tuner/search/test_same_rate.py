@@ -93,21 +93,8 @@ def test_a_miss_the_interval_does_not_settle_is_stated_as_a_point_estimate():
 async def test_the_default_is_judged_on_as_many_arrival_draws_as_the_recommendation(tmp_path):
     """A p99 over one level belongs to its draw: the default gets the search's draw and a
     fresh one (the recommendation's pooled runs are its search level and one repeat), pooled."""
-    slo = parse_slo("tpot_p99=60s")
-    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
     requests = build_workload("random", num_requests=16, input_len=64, output_len=8).requests
-    files = RunFiles(tmp_path)
-    files.ensure()
-    meter = Meter(target, requests, slo, LevelSettings(duration_s=1.0, min_requests=8),
-                  rules_for(Mode.CAPACITY, False))  # fmt: skip
-    try:
-        run = await meter.level(RATE)
-        verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
-        chosen = Candidate(3, Role.SEARCH, dict(target.knobs.defaults), RATE, verdict, 1, RATE)
-        same = same_rate_json(await default_at_rate(meter, files, target.knobs.defaults, chosen,
-                                                    draws=2))  # fmt: skip
-    finally:
-        await target.close()
+    same = await _on_two_draws(tmp_path, requests, parse_slo("tpot_p99=60s"))
     assert same["default"]["draws"] == 2
     indices = [int(line.split('"index": ')[1].split(",")[0])
                for line in (tmp_path / SAME_RATE_RECORDS).read_text().splitlines()]  # fmt: skip
@@ -126,7 +113,12 @@ async def test_draws_that_split_evenly_get_one_more_to_decide(tmp_path):
     # The first stretch is short prompts (it holds), the second long ones (it misses); the
     # third wraps round to the short ones again.
     requests = [dataclasses.replace(r, index=i) for i, r in enumerate([*short, *long])]
-    slo = parse_slo("ttft_p99=150ms")
+    same = await _on_two_draws(tmp_path, requests, parse_slo("ttft_p99=150ms"))
+    assert same["default"]["draws"] == 3 and same["default"]["draws_missed"] == 1
+
+
+async def _on_two_draws(tmp_path, requests, slo) -> dict:
+    """The default at RATE on two draws of 8 requests (a recommendation of one repeat)."""
     target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
     files = RunFiles(tmp_path)
     files.ensure()
@@ -136,8 +128,7 @@ async def test_draws_that_split_evenly_get_one_more_to_decide(tmp_path):
         run = await meter.level(RATE)
         verdict = judge_runs([run.run()], slo, meter.rules, RATE, seed=0)
         chosen = Candidate(3, Role.SEARCH, dict(target.knobs.defaults), RATE, verdict, 1, RATE)
-        same = same_rate_json(await default_at_rate(meter, files, target.knobs.defaults, chosen,
-                                                    draws=2))  # fmt: skip
+        check = await default_at_rate(meter, files, target.knobs.defaults, chosen, draws=2)
     finally:
         await target.close()
-    assert same["default"]["draws"] == 3 and same["default"]["draws_missed"] == 1
+    return same_rate_json(check)
