@@ -3,14 +3,16 @@
 import itertools
 import time
 
-from engine_lite import EngineConfig
+import pytest
+
+from engine_lite import EngineConfig, EngineLiteError
 from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, features_of, fit
 from engine_lite.sim import SimEngine, SimRequest, simulate
 
 SHAPE = SimEngine(num_kv_blocks=4096, block_size=16, max_model_len=8192)
 # 2 ms a step plus 50 us a request and 10 us a prefill token: a 4096-token prompt in one step
 # stalls every decode beside it for ~41 ms.
-MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0), token_delivery_s=0.001,
+MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0, 0.0), token_delivery_s=0.001,
                   request_overhead_s=0.0005)  # fmt: skip
 
 
@@ -49,7 +51,7 @@ def test_identical_inputs_give_identical_timelines_fast():
 
 
 def test_fit_recovers_the_coefficients_that_made_the_steps():
-    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5)
+    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4)
     model = CostModel(truth)
     samples = []
     for i in range(90):
@@ -63,3 +65,12 @@ def test_fit_recovers_the_coefficients_that_made_the_steps():
         assert abs(got - want) <= 1e-6 * max(1.0, want) + 1e-3 * want
     assert CostModel.from_json(report.model.to_json()) == report.model
     assert len(FEATURE_NAMES) == len(StepFeatures().vector())
+
+
+def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
+    saved = MODEL.to_json()
+    del saved["coefficients"]["small_rows"]
+    assert CostModel.from_json(saved) == MODEL
+    del saved["coefficients"]["num_reqs"]  # a feature every profile has: malformed without it
+    with pytest.raises(EngineLiteError, match="num_reqs"):
+        CostModel.from_json(saved)
