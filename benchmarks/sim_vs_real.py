@@ -10,9 +10,13 @@ and 80% of the real capacity (one level each, the same request list and arrivals
 
 `--json` prints relative errors as fractions keyed by target, workload and figure
 (`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
-every measurement under `detail`. With `--vllm-folder DIR` real vLLM 0.32 serving that folder
-is measured too, its simulator fitted as `tune --engine vllm` fits it (on the default's levels,
-from what the clients saw); each vLLM config is one server start.
+every measurement under `detail`, and the noise floor under `<target>_noise`: the default's
+capacity measured at the start and again at the end (`capacity_drift`); on a shared 2-core
+VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar.
+
+With `--vllm-folder DIR` real vLLM 0.32 serving that folder is measured too, its simulator
+fitted as `tune --engine vllm` fits it (on the default's levels, from what the clients saw);
+each vLLM config is one server start.
 
     .venv/bin/python benchmarks/sim_vs_real.py --vllm-folder DIR --json
 """
@@ -66,8 +70,9 @@ def rel_err(sim: float | None, real: float | None) -> float | None:
     return abs(sim - real) / real
 
 
-async def fitted(target: Any, meter: Meter, space: Any) -> fidelity.Simulator:
-    """The simulator as `tune` fits it: the default's capacity search, one small-budget level."""
+async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simulator, float]:
+    """The simulator as `tune` fits it (the default's capacity search, one small-budget level),
+    and the default's measured capacity."""
     simulator = fidelity.Simulator.for_target(target, None)
     assert simulator is not None, "the built-in engine always reports its steps"
     simulator.recording(True)
@@ -79,7 +84,7 @@ async def fitted(target: Any, meter: Meter, space: Any) -> fidelity.Simulator:
         await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
     assert await simulator.fit(meter, levels), "too few steps to fit"
     simulator.recording(False)  # nothing measured from here on reaches the fit
-    return simulator
+    return simulator, default.capacity_rps or 0.0
 
 
 async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dict,
@@ -137,7 +142,7 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
     longest = max(r.prompt_len for r in base.requests)
     space = build_space(target.knobs, SpaceFacts(facts.block_size, facts.max_model_len, longest))
     try:
-        sim = await fitted(target, base, space)
+        sim, first_rps = await fitted(target, base, space)
         configs = HELD_OUT[:1] if args.quick else HELD_OUT
         out: dict[str, Any] = {"fit": sim.source, "errors": {}, "detail": []}
         for name in args.workloads:
@@ -153,6 +158,12 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
             out["errors"][name] = {
                 f: worst(rows, f) for f in ("capacity_err", "tpot_p99_err", "ttft_p99_err")
             }
+        # The noise floor: the same config measured again after the rest. The simulator is not
+        # judged finer than the target repeats itself.
+        await target.apply(space.default_config())
+        again = (await base.capacity(SEARCH)).capacity_rps
+        out["noise"] = {"default_capacity_rps": [first_rps, again],
+                        "capacity_drift": rel_err(again, first_rps)}  # fmt: skip
         return out
     finally:
         await target.close()
@@ -161,11 +172,12 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     builtin = await measure_target(open_target(TargetOptions(model="tiny")), args)
     result: dict[str, Any] = {"builtin": builtin["errors"], "builtin_fit": builtin["fit"],
-                              "vllm": None, "detail": builtin["detail"]}  # fmt: skip
+                              "builtin_noise": builtin["noise"], "vllm": None,
+                              "detail": builtin["detail"]}  # fmt: skip
     if args.vllm_folder:
         target = VllmTarget(VllmOptions(args.vllm_folder, command=args.vllm_command))
         vllm = await measure_target(target, args)
-        result.update(vllm=vllm["errors"], vllm_fit=vllm["fit"])
+        result.update(vllm=vllm["errors"], vllm_fit=vllm["fit"], vllm_noise=vllm["noise"])
         result["detail"] += [{"target": "vllm", **row} for row in vllm["detail"]]
     return result
 
@@ -188,6 +200,13 @@ def main() -> None:
         for wl, errs in (result[target] or {}).items():
             figures = [f"{k} {v:.1%}" if v is not None else f"{k} -" for k, v in errs.items()]
             print(f"{target} / {wl}: " + ", ".join(figures))
+        noise = result.get(f"{target}_noise")
+        if noise and noise["capacity_drift"] is not None:
+            first, again = noise["default_capacity_rps"]
+            print(
+                f"{target} noise floor: the default measured {first:.2f} then {again:.2f} req/s "
+                f"({noise['capacity_drift']:.1%})"
+            )
 
 
 if __name__ == "__main__":
