@@ -80,8 +80,11 @@ def start_hint_of(trial: _Trial) -> float | None:
 
 
 def requeue_attrs(trial: FrozenTrial) -> dict[str, Any]:
-    """What a trial queued again keeps: why it exists, not what the cut-off attempt measured."""
-    return {k: trial.user_attrs[k] for k in (ROLE, FINISHED) if k in trial.user_attrs}
+    """What a trial queued again keeps: why it exists and where its search starts (a screened
+    config's prediction, which the simulator's summary judges it by), not what the cut-off
+    attempt measured."""
+    kept = (ROLE, FINISHED, PREDICTED, PREDICTED_DEFAULT, START_HINT)
+    return {k: trial.user_attrs[k] for k in kept if k in trial.user_attrs}
 
 
 def retry_of(trial: FrozenTrial) -> int | None:

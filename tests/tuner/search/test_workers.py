@@ -99,6 +99,22 @@ def test_a_dead_workers_trial_is_failed_and_measured_again_before_anything_new()
     assert not any(k.startswith(attrs.LEVEL_PREFIX) for k in frozen.user_attrs)
 
 
+def test_a_screened_trial_measured_again_keeps_its_prediction():
+    study = optuna.create_study(direction="maximize")
+    queued = attrs.role_attrs(Role.SCREENED, predicted_rps=9.5, predicted_default_rps=6.0)
+    study.enqueue_trial(SPACE.to_params(SPACE.default_config()), user_attrs=queued)
+    trial = study.ask()
+    attrs.start_trial(trial, Role.SCREENED, SPACE.suggest(trial))
+    trial.set_user_attr("level_000", {"rate_rps": 9.5})
+    trial.set_user_attr(attrs.WORKER, f"{socket.gethostname()}:{dead_pid()}")
+
+    assert recover_stale_trials(study) == [trial.number]
+    frozen = study.trials[next_trial(study).number]
+    assert attrs.predicted_of(frozen) == 9.5 and attrs.role_of(frozen) is Role.SCREENED
+    assert frozen.user_attrs[attrs.PREDICTED_DEFAULT] == 6.0
+    assert not any(k.startswith(attrs.LEVEL_PREFIX) for k in frozen.user_attrs)
+
+
 async def test_settling_waits_for_nothing_when_no_trial_runs_and_hands_back_a_retry(tmp_path):
     study, workers, _ = join(tmp_path)
     assert await settle(study, workers, print) is False
