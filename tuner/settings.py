@@ -30,6 +30,9 @@ MIN_REQUESTS_PER_LEVEL_VLLM = 320
 # capacity must hold on each draw, and a run's promise is judged on fresh server starts.
 DEFAULT_REPEATS = 1
 DEFAULT_REPEATS_VLLM = 2
+# A candidate that misses its confirmation steps its rate down at most this often, each on a
+# fresh draw of its own.
+MAX_STEPS_DOWN = 2
 # The seeded request list levels take their prefix from (enough for 8 s at 50 req/s on a CPU;
 # a GPU serves far more).
 DEFAULT_NUM_REQUESTS = 400
@@ -161,8 +164,10 @@ class TuneSettings:
         if self.num_requests is not None:
             return self.num_requests
         base = DEFAULT_NUM_REQUESTS_GPU if device.startswith("cuda") else DEFAULT_NUM_REQUESTS
-        # Room for three disjoint draws of the shortest level: the search's and two more.
-        return max(base, 3 * self.resolved_min_requests())
+        # Room for disjoint draws of the shortest level: the search's, each re-measurement and
+        # each step down, so a confirmation's draw never wraps round to the search's requests.
+        draws = 1 + self.repeats + MAX_STEPS_DOWN
+        return max(base, draws * self.resolved_min_requests())
 
     def burst_requests(self, device: str) -> int:
         return BURST_REQUESTS_GPU if device.startswith("cuda") else BURST_REQUESTS

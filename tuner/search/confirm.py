@@ -23,6 +23,7 @@ from tuner.measure.judge import (
 )
 from tuner.measure.meter import Meter
 from tuner.measure.verdict import VerdictRules
+from tuner.settings import MAX_STEPS_DOWN
 from tuner.store.records import Candidate, Mode, Role, SameRateCheck, TrialRecord
 from tuner.store.runfiles import SAME_RATE_RECORDS, RunFiles
 
@@ -37,7 +38,7 @@ class Confirmer:
     rate_rps: float | None = None  # --rate mode
     seed: int = 0
     step_factor: float = 1.1  # the rate search's tolerance
-    max_steps_down: int = 2
+    max_steps_down: int = MAX_STEPS_DOWN
 
     async def confirm(
         self, trial: TrialRecord, repeats: int, deadline_s: float | None = None,
