@@ -43,6 +43,7 @@ import optuna
 from engine_lite import EngineConfig, Policy
 from loadgen import build_workload
 from slo import parse_slo
+from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
@@ -95,7 +96,8 @@ class Bench:
         # The same levels and verdicts as tune's defaults: 8 s of arrivals from the seeded list.
         level = LevelSettings(duration_s=DEFAULT_LEVEL_S, min_requests=MIN_REQUESTS_PER_LEVEL)
         self.meter = Meter(self.target, self.workload.requests, parse_slo(SLO_TEXT), level,
-                           VerdictRules(require_schedule=facts.require_schedule))  # fmt: skip
+                           VerdictRules(require_schedule=facts.require_schedule),
+                           guard=CpuGuard.for_target(facts.kind))  # fmt: skip
         self.start_rps = start_rps
 
     async def capacity(

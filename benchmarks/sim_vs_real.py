@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
+from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.search import fidelity
@@ -136,7 +137,8 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
     def meter_for(name: str) -> Meter:
         wl = build_workload(name, num_requests=n, seed=0, max_model_len=facts.max_model_len,
                             vocab_size=facts.vocab_size)  # fmt: skip
-        return Meter(target, wl.requests, parse_slo(SLO), level, rules)
+        return Meter(target, wl.requests, parse_slo(SLO), level, rules,
+                     guard=CpuGuard.for_target(facts.kind))  # fmt: skip
 
     base = meter_for("mixed")
     longest = max(r.prompt_len for r in base.requests)

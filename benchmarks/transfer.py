@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine_lite.models.export import export_hf_folder
 from loadgen import build_workload
 from slo import parse_slo
+from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.search import fidelity
@@ -90,9 +91,9 @@ def meter_for(target: Any, min_requests: int) -> Meter:
         vocab_size=facts.vocab_size,
     )
     level = LevelSettings(duration_s=8.0, min_requests=min_requests)
-    return Meter(
-        target, wl.requests, parse_slo(SLO), level, rules_for(Mode.CAPACITY, facts.require_schedule)
-    )
+    rules = rules_for(Mode.CAPACITY, facts.require_schedule)
+    guard = CpuGuard.for_target(facts.kind)
+    return Meter(target, wl.requests, parse_slo(SLO), level, rules, guard=guard)
 
 
 def search_from(start_rps: float, first: bool) -> RateSearchSettings:

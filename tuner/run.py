@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
 from tuner.errors import TuneError
+from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
@@ -163,8 +164,8 @@ def prepare(
                           seed=settings.workload_seed, duration_s=settings.level_s or None,
                           min_requests=settings.resolved_min_requests(),
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
-    meter = Meter(target, workload.requests, slo, level,
-                  rules_for(mode, facts.require_schedule), clock)  # fmt: skip
+    meter = Meter(target, workload.requests, slo, level, rules_for(mode, facts.require_schedule),
+                  clock, CpuGuard.for_target(facts.kind))  # fmt: skip
     scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
     storage = open_storage(settings.storage, files.root, settings.heartbeat_s)
 

@@ -21,6 +21,7 @@ from tuner.bench.sim import SuiteProfile, load_profile
 from tuner.bench.stats import Comparison, Verdict, compare_exact, compare_figure
 from tuner.bench.suite import FIGURES, BenchMode, BenchSuite
 from tuner.errors import TuneError
+from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LevelRecord, LevelRun, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
@@ -128,7 +129,9 @@ async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -
     # In virtual time the meter's clock stands still: only a level's wall_s reads it, and no
     # figure can then depend on how fast this machine simulated.
     clock = _still if sim else time.monotonic
-    meter = Meter(target, wl.requests, slo, settings, rules, clock=clock)
+    # Wall-clock rounds are run again when other processes took the CPU meanwhile.
+    guard = None if sim else CpuGuard.for_target(target.facts.kind)
+    meter = Meter(target, wl.requests, slo, settings, rules, clock=clock, guard=guard)
     samples: dict[str, dict[str, list[float]]] = {c.name: {} for c in suite.configs}
     try:
         if sim is None:  # the first forward passes allocate and compile: not in any sample

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from loadgen import RequestRecord, RequestSpec, arrival_offsets
 from slo import SLO, Metric, RunMetrics, evaluate
 from tuner.errors import TuneError
+from tuner.measure.contention import CpuGuard, CpuShare
 from tuner.measure.judge import Run, judge_report, served_fraction
 from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict, VerdictRules
@@ -21,7 +22,8 @@ from tuner.targets.base import LevelReplay, ReplayPlan, ServerStats, Target
 Clock = Callable[[], float]
 # Seconds a level spends draining after its last arrival (the longest requests finishing).
 LEVEL_TAIL_S = 6.0
-# Tries of a level whose client fell behind its schedule before it counts as unmeasurable.
+# Tries of a level whose client fell behind its schedule before it counts as unmeasurable; a
+# level on a machine others were using (`contention`) is measured again within the same tries.
 LAG_TRIES = 3
 
 
@@ -96,6 +98,11 @@ class LevelRecord:
     wall_s: float
     max_loop_lag_s: float
     server: ServerStats
+    # What others had of the machine during the level that counted (None: not watched), and
+    # how many times the level was run to get one the run could judge.
+    foreign_cpu_cores: float | None = None
+    steal_share: float | None = None
+    tries: int = 1
 
     @property
     def rate_rps(self) -> float:
@@ -137,6 +144,13 @@ def judge_replay(
     return LevelRun(level, records)
 
 
+def _watched(level: LevelRecord, share: CpuShare | None, tries: int) -> LevelRecord:
+    if share is None:
+        return dataclasses.replace(level, tries=tries)
+    return dataclasses.replace(level, foreign_cpu_cores=share.foreign_cores,
+                               steal_share=share.steal_share, tries=tries)  # fmt: skip
+
+
 @dataclass(slots=True)
 class CapacityResult:
     """The outcome of a rate search for one config."""
@@ -158,11 +172,15 @@ class Meter:
     settings: LevelSettings = field(default_factory=LevelSettings)
     rules: VerdictRules = field(default_factory=VerdictRules)
     clock: Clock = time.monotonic
+    # Watches what other processes take of the machine during each level (None: not watched;
+    # a simulator in virtual time, or a server elsewhere).
+    guard: CpuGuard | None = None
 
     async def level(self, rate_rps: float, draw: int = 0) -> LevelRun:
         """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
-        it raises `ClientLagError` instead of reporting the server as failing.
+        it raises `ClientLagError` instead of reporting the server as failing. A level during
+        which other processes took the machine (`guard`) is measured again too.
 
         Draw 0 is the search's: every config meets the same requests at the same times, so
         configs differ by what they do, not by luck. A p99 over one level's requests belongs
@@ -172,13 +190,21 @@ class Meter:
         requests = s.requests_at(self.requests, rate_rps, draw)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
                                   seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip
-        for _ in range(LAG_TRIES):
+        for attempt in range(1, LAG_TRIES + 1):
+            mark = self.guard.mark() if self.guard is not None else None
             start_s = self.clock()
             replay = await self.target.replay(requests, offsets, s.replay)
-            run = judge_replay(replay, rate_rps, self.slo, self.rules, self.clock() - start_s)
+            wall_s = self.clock() - start_s
+            run = judge_replay(replay, rate_rps, self.slo, self.rules, wall_s)
             # A burst (infinite rate) has no schedule to keep: it measures throughput only.
             lag_matters = self.rules.require_schedule and math.isfinite(rate_rps)
-            if replay.result.schedule_ok or not lag_matters:
+            if not replay.result.schedule_ok and lag_matters:
+                continue
+            share = self.guard.since(mark) if self.guard and mark is not None else None
+            run.level = _watched(run.level, share, attempt)
+            # A level the machine's other work slowed is not this config's: measured again
+            # while tries remain, and the last one kept with what others used.
+            if share is None or not share.contended or attempt == LAG_TRIES:
                 return run
         r = replay.result
         raise ClientLagError(

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tuner.measure.contention import FOREIGN_CORES
 from tuner.measure.meter import LevelRecord
 from tuner.measure.ratesearch import RateSearch
 from tuner.report.summary import short_config
@@ -76,6 +77,10 @@ class StatusSink:
         detail = f", {term.name} {_ms(term.value_s)}" if term else ""
         if v.served_fraction < 0.995:
             detail += f", served {v.served_fraction:.0%}"
+        if level.tries > 1:  # the tries before were lagged, or the machine was not ours
+            detail += f", try {level.tries}"
+        if (level.foreign_cpu_cores or 0) > FOREIGN_CORES:
+            detail += f", other processes used {level.foreign_cpu_cores:.1f} cores"
         s.level = f"at {level.rate_rps:.2f} req/s: {verdict}{detail} ({level.wall_s:.0f}s)"
         if search is not None:
             lo, hi = search.capacity_rps, search.upper_bound_rps

@@ -144,7 +144,7 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                             for k, v in search.get("space", {}).items())],
         ["pinned", ", ".join(f"{k}={v}" for k, v in search.get("fixed", {}).items()) or "-"],
         ["versions", versions],
-        ["machine", f"{env.get('platform')}, {env.get('cpu_count')} CPUs"],
+        ["machine", f"{env.get('platform')}, {env.get('cpu_count')} CPUs" + _shared_text(search)],
     ]  # fmt: skip
     return ["", ""], rows
 
@@ -167,6 +167,15 @@ def _default_text(target: dict[str, Any]) -> str:
     """The config every comparison is against, and where it comes from (a device row)."""
     config = target.get("default_config")
     return f"{short_config(config)} ({target.get('default_source')})" if config else "-"
+
+
+def _shared_text(search: dict[str, Any]) -> str:
+    """How much the machine was shared while the search measured."""
+    foreign, again = search.get("max_foreign_cpu_cores"), search.get("levels_remeasured")
+    if foreign is None:
+        return ""
+    text = f"; other processes used at most {foreign:.2f} cores during a level kept"
+    return text + (f", {again} levels measured again" if again else "")
 
 
 def _level_text(wl: dict[str, Any]) -> str:

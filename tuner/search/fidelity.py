@@ -103,7 +103,7 @@ class Simulator:
         self.sim = SimTarget(self.target.facts, self.target.knobs, shape, model)
         rules = dataclasses.replace(meter.rules, require_schedule=False)
         self.meter = dataclasses.replace(meter, target=self.sim, clock=time.perf_counter,
-                                         rules=rules)  # fmt: skip
+                                         rules=rules, guard=None)  # fmt: skip
         if self.steps is None and levels:
             # Not fitted on this engine's own steps (a profile of another engine, or vLLM's
             # request spans): scale it to the percentiles this target's levels show. A span fit

@@ -74,7 +74,8 @@ def level_row(level: LevelRecord) -> dict[str, Any]:
         "schedule_ok": v.schedule_ok, "binding": binding.name if binding else None,
         "goodput_rps": level.goodput_rps, "request_throughput_rps": level.request_throughput_rps,
         "wall_s": level.wall_s, "max_loop_lag_s": level.max_loop_lag_s,
-        **level.latency.as_dict(),
+        "foreign_cpu_cores": level.foreign_cpu_cores, "steal_share": level.steal_share,
+        "tries": level.tries, **level.latency.as_dict(),
     }  # fmt: skip
     for t in v.terms:
         row[f"slo_{t.name}_s"], row[f"slo_{t.name}_margin"] = t.value_s, t.margin_frac
@@ -92,8 +93,11 @@ def level_from_row(row: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> Lev
                            rules)  # fmt: skip
     latency = LatencyFigures(**{k: number(k) for k in LatencyFigures().as_dict()})
     server = ServerStats(*(row.get(k) for k in _SERVER))
+    watched = {k: None if row.get(k) is None else float(row[k])
+               for k in ("foreign_cpu_cores", "steal_share")}  # fmt: skip
     return LevelRecord(verdict, number("goodput_rps"), number("request_throughput_rps"), latency,
-                       number("wall_s") or 0.0, number("max_loop_lag_s"), server)  # fmt: skip
+                       number("wall_s") or 0.0, number("max_loop_lag_s"), server, **watched,
+                       tries=int(row.get("tries") or 1))  # fmt: skip
 
 
 def verdict_json(v: LevelVerdict) -> dict[str, Any]:

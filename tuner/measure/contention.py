@@ -1,0 +1,128 @@
+"""Was the machine ours during a level? CPU used outside this run's processes, and stolen.
+
+On a shared 2-core machine another program (a build, a test run, a second `tune`) takes CPU
+from the engine mid-level. Measured here: a level of the 4096-token budget, run while a package
+installed beside it, read its decode steps 1.95x slower than the cost model fitted minutes
+before, and its TPOT p99 at 46 ms; the same config at the same rate with the machine to itself
+gave 21-24 ms, as the model did. A rate search that fails such a level puts the config's
+capacity below its own, and that is the machine failing, not the config.
+
+So a level is judged only on a machine that was the run's: processes outside this run's tree
+(this process and its descendants: the engine, the client process, a server `tune` started)
+used at most `FOREIGN_CORES`, and the hypervisor stole at most `STEAL_SHARE` of the CPU. A
+level that fails that is measured again (`Meter.level`). Linux only (`/proc`); elsewhere no
+guard is kept and levels are judged as they come.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.targets.base import TargetKind
+
+FOREIGN_CORES = 0.25  # mean cores others may use during a level
+STEAL_SHARE = 0.10  # of all CPU time, taken by the hypervisor
+# Shorter intervals are not judged: at 100 ticks a second, one tick of another process in
+# 10 ms would read as a whole core. (A simulated level in virtual time takes milliseconds.)
+MIN_WATCH_S = 1.0
+# Targets whose work runs in this run's processes: anything else using the CPU is not theirs.
+# (A server at --url may run elsewhere, or beside us in processes we cannot tell from others.)
+WATCHED = (TargetKind.BUILTIN, TargetKind.VLLM, TargetKind.LAUNCH)
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    """Counters at one instant, in clock ticks."""
+
+    busy: int  # user + nice + system, every process on the machine
+    steal: int
+    ours: int  # this run's processes, with their reaped children
+    at_s: float  # time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class CpuShare:
+    """How much of the machine others had over one interval."""
+
+    foreign_cores: float  # mean cores used by processes outside this run
+    steal_share: float  # share of all CPU time stolen by the hypervisor
+
+    @property
+    def contended(self) -> bool:
+        return self.foreign_cores > FOREIGN_CORES or self.steal_share > STEAL_SHARE
+
+    def describe(self) -> str:
+        parts = [f"other processes used {self.foreign_cores:.2f} cores"]
+        if self.steal_share > STEAL_SHARE:
+            parts.append(f"the hypervisor stole {self.steal_share:.0%} of the CPU")
+        return " and ".join(parts)
+
+
+class CpuGuard:
+    """Marks the CPU counters before a level and reads what others used since."""
+
+    def __init__(self, root_pid: int | None = None) -> None:
+        self.root = root_pid or os.getpid()
+        self.tick_hz = os.sysconf("SC_CLK_TCK")
+        self.cores = os.cpu_count() or 1
+
+    @classmethod
+    def for_target(cls, kind: TargetKind) -> CpuGuard | None:
+        """A guard for a target whose work runs in this run's processes, on Linux."""
+        return cls() if kind in WATCHED and (_PROC / "stat").is_file() else None
+
+    def mark(self) -> CpuMark:
+        busy, steal = _machine_ticks()
+        return CpuMark(busy, steal, _tree_ticks(self.root), time.monotonic())
+
+    def since(self, before: CpuMark) -> CpuShare | None:
+        """What others had since `before`; None for an interval too short to tell."""
+        after = self.mark()
+        wall_s = after.at_s - before.at_s
+        if wall_s < MIN_WATCH_S:
+            return None
+        ticks = wall_s * self.tick_hz
+        # Ticks are sampled, so a short quiet interval can read slightly below zero.
+        foreign = max(0, (after.busy - before.busy) - (after.ours - before.ours)) / ticks
+        steal = max(0, after.steal - before.steal) / (ticks * self.cores)
+        return CpuShare(foreign, steal)
+
+
+def _machine_ticks() -> tuple[int, int]:
+    # cpu user nice system idle iowait irq softirq steal ...: irq and softirq are left out,
+    # since loopback traffic to our own server is handled there and belongs to no process.
+    fields = (_PROC / "stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system = (int(x) for x in fields[:3])
+    steal = int(fields[7]) if len(fields) > 7 else 0
+    return user + nice + system, steal
+
+
+def _tree_ticks(root: int) -> int:
+    """CPU ticks of `root` and its live descendants, each with the children it reaped."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it exited while we looked
+            continue
+        # Fields after "(comm)": state ppid ... utime(11) stime(12) cutime(13) cstime(14).
+        rest = stat[stat.rfind(")") + 2 :].split()
+        pid = int(entry.name)
+        parent[pid] = int(rest[1])
+        ticks[pid] = sum(int(x) for x in rest[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
