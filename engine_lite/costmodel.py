@@ -2,16 +2,18 @@
 
 Features in the manner of Vidur (MLSys'24) and BLIS: a constant per step, a cost per scheduled
 request and per prefill chunk (each chunk is an attention call of its own in every layer, with
-its own mask and gather: about 1.3 ms a chunk on the CPU `tiny` preset, which a per-request cost
-fitted mostly on decodes underestimates tenfold), per prefill token (the projections and MLP; a
-decode's share is its request's cost), attention work (a prefill chunk of n tokens after c
-cached ones attends to about n * (c + n / 2) positions; a decode reads its whole context), per
-sampled token (the logits), and per row below a small count (a CPU BLAS runs a product of 1 to
-3 rows at nearly the cost of 16: on the `tiny` preset a decode step of 1 request takes 0.9 ms,
-of 4 requests 2.9 ms, of 16 5.1 ms, a line no per-request cost draws; fitted without it on
-`mixed`, the model read `chat` steps of 60 requests 50% too slow). Coefficients are fitted by
-non-negative least squares on relative error, so the many short decode steps that decide TPOT
-weigh as much as the few long prefill steps. Pure: numpy only.
+its own mask and gather: about 1.3 ms a chunk on the CPU `tiny` preset when measured alone, which
+a per-request cost fitted mostly on decodes underestimates tenfold; fits on serving steps, where
+chunks come one or two a step beside a step's constant, put it anywhere from 0.01 to 1.65 ms),
+per prefill token (the projections and MLP; a decode's share is its request's cost), attention
+work (a prefill chunk of n tokens after c cached ones attends to about n * (c + n / 2)
+positions; a decode reads its whole context), per sampled token (the logits), and per row below
+a small count (a CPU BLAS runs a product of 1 to 3 rows at nearly the cost of 16: on the `tiny`
+preset a decode step of 1 request takes 0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no
+per-request cost draws; fitted without it on `mixed`, the model read `chat` steps of 60 requests
+50% too slow). Coefficients are fitted by non-negative least squares on relative error, so the
+many short decode steps that decide TPOT weigh as much as the few long prefill steps.
+Pure: numpy only.
 """
 
 from __future__ import annotations
