@@ -50,14 +50,24 @@ def served_fraction(records: Sequence[Any]) -> float:
     spread the waits but not their trend. Theil-Sen (the median of pairwise slopes) keeps a few
     long prompts from tilting it. Requests that never produced a token are left out; the error
     rule judges them.
+
+    The slope is read over the second half of the arrivals. A server with free batch slots
+    first admits everyone (vLLM's 128 running sequences), and only once they are full does its
+    queue grow: over the whole level the flat start halves the slope. On vLLM 0.32 CPU serving
+    `chat` at 50 req/s, admitting about 35, the whole level read 0.75-0.85 served (0.85 passes)
+    where the second half read 0.59-0.65, as its first-token rate did (0.65-0.75).
     """
-    points = [
+    points = sorted(
         (r.scheduled_s, r.chunk_times_s[0] - r.scheduled_s)
         for r in records
         if not r.warmup and r.chunk_times_s and math.isfinite(r.scheduled_s)
-    ]
+    )
     if len(points) < 5:
         return 1.0
+    middle = (points[0][0] + points[-1][0]) / 2
+    late = [p for p in points if p[0] >= middle]
+    if len(late) >= 5:
+        points = late
     t = np.array([p[0] for p in points])
     wait = np.array([p[1] for p in points])
     i, j = _pairs(t)
