@@ -12,7 +12,10 @@ and 80% of the real capacity (one level each, the same request list and arrivals
 (`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
 every measurement under `detail`, and the noise floor under `<target>_noise`: the default's
 capacity measured at the start and again at the end (`capacity_drift`); on a shared 2-core
-VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar.
+VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar. Each row's
+`machine` (and the noise floor's, one per search) says how shared the machine was during its
+real levels: how many were measured again, the most CPU other processes used, the most the
+hypervisor stole (tuner/measure/contention.py).
 
 With `--vllm-folder DIR` real vLLM 0.32 serving that folder is measured too, its simulator
 fitted as `tune --engine vllm` fits it (on the default's levels, from what the clients saw);
@@ -65,15 +68,25 @@ SEARCH = RateSearchSettings(start_rps=2.0, growth=1.6, rel_tol=0.1, min_rps=0.1,
 LATENCY_MIN_REQUESTS = 60
 
 
+def machine(levels: list[Any]) -> dict[str, Any]:
+    """How shared the machine was during these real levels (tuner/measure/contention.py)."""
+    records = [run.level for run in levels]
+    steal = [lv.steal_share for lv in records if lv.steal_share is not None]
+    foreign = [lv.foreign_cpu_cores for lv in records if lv.foreign_cpu_cores is not None]
+    return {"levels": len(records), "remeasured": sum(lv.tries > 1 for lv in records),
+            "max_foreign_cpu_cores": max(foreign, default=None),
+            "max_steal_share": max(steal, default=None)}  # fmt: skip
+
+
 def rel_err(sim: float | None, real: float | None) -> float | None:
     if sim is None or not real:
         return None
     return abs(sim - real) / real
 
 
-async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simulator, float]:
+async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simulator, Any]:
     """The simulator as `tune` fits it (the default's capacity search, one small-budget level),
-    and the default's measured capacity."""
+    and the default's measured capacity search."""
     simulator = fidelity.Simulator.for_target(target, None)
     assert simulator is not None, "the built-in engine always reports its steps"
     simulator.recording(True)
@@ -85,7 +98,7 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
         await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
     assert await simulator.fit(meter, levels), "too few steps to fit"
     simulator.recording(False)  # nothing measured from here on reaches the fit
-    return simulator, default.capacity_rps or 0.0
+    return simulator, default
 
 
 async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dict,
@@ -104,11 +117,13 @@ async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dic
     }
     real_meter, sim_meter = (dataclasses.replace(m, settings=dataclasses.replace(
         m.settings, min_requests=LATENCY_MIN_REQUESTS)) for m in (meter, sim.meter))  # fmt: skip
+    watched = list(real.levels)
     for load in LOADS:
         rate = load * (real.capacity_rps or 0.0)
         if rate <= 0:
             continue
-        got = compute_metrics((await real_meter.level(rate)).records)
+        watched.append(await real_meter.level(rate))
+        got = compute_metrics(watched[-1].records)
         want = compute_metrics((await sim_meter.level(rate)).records)
         key = f"{load:.0%}"
         out[key] = {"rate_rps": rate,
@@ -116,6 +131,7 @@ async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dic
                     "ttft_p99_ms": [1000 * want.p99_ttft_s, 1000 * got.p99_ttft_s],
                     "tpot_p99_err": rel_err(want.p99_tpot_s, got.p99_tpot_s),
                     "ttft_p99_err": rel_err(want.p99_ttft_s, got.p99_ttft_s)}  # fmt: skip
+    out["machine"] = machine(watched)
     return out
 
 
@@ -144,7 +160,8 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
     longest = max(r.prompt_len for r in base.requests)
     space = build_space(target.knobs, SpaceFacts(facts.block_size, facts.max_model_len, longest))
     try:
-        sim, first_rps = await fitted(target, base, space)
+        sim, first = await fitted(target, base, space)
+        first_rps = first.capacity_rps or 0.0
         configs = HELD_OUT[:1] if args.quick else HELD_OUT
         out: dict[str, Any] = {"fit": sim.source, "errors": {}, "detail": []}
         for name in args.workloads:
@@ -163,9 +180,11 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
         # The noise floor: the same config measured again after the rest. The simulator is not
         # judged finer than the target repeats itself.
         await target.apply(space.default_config())
-        again = (await base.capacity(SEARCH)).capacity_rps
+        repeat = await base.capacity(SEARCH)
+        again = repeat.capacity_rps
         out["noise"] = {"default_capacity_rps": [first_rps, again],
-                        "capacity_drift": rel_err(again, first_rps)}  # fmt: skip
+                        "capacity_drift": rel_err(again, first_rps),
+                        "machine": [machine(first.levels), machine(repeat.levels)]}  # fmt: skip
         return out
     finally:
         await target.close()
@@ -205,9 +224,10 @@ def main() -> None:
         noise = result.get(f"{target}_noise")
         if noise and noise["capacity_drift"] is not None:
             first, again = noise["default_capacity_rps"]
+            remeasured = sum(m["remeasured"] for m in noise["machine"])
             print(
                 f"{target} noise floor: the default measured {first:.2f} then {again:.2f} req/s "
-                f"({noise['capacity_drift']:.1%})"
+                f"({noise['capacity_drift']:.1%}; {remeasured} of its levels measured again)"
             )
 
 
