@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
 from tuner.measure.contention import CpuGuard
-from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.meter import LevelSettings, Meter, machine_summary
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.search import fidelity
 from tuner.search.space import SpaceFacts, build_space
@@ -70,12 +70,7 @@ LATENCY_MIN_REQUESTS = 60
 
 def machine(levels: list[Any]) -> dict[str, Any]:
     """How shared the machine was during these real levels (tuner/measure/contention.py)."""
-    records = [run.level for run in levels]
-    steal = [lv.steal_share for lv in records if lv.steal_share is not None]
-    foreign = [lv.foreign_cpu_cores for lv in records if lv.foreign_cpu_cores is not None]
-    return {"levels": len(records), "remeasured": sum(lv.tries > 1 for lv in records),
-            "max_foreign_cpu_cores": max(foreign, default=None),
-            "max_steal_share": max(steal, default=None)}  # fmt: skip
+    return {"levels": len(levels), **machine_summary([run.level for run in levels])}
 
 
 def rel_err(sim: float | None, real: float | None) -> float | None:

@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen import RequestRecord, RequestSpec, arrival_offsets
 from slo import SLO, Metric, RunMetrics, evaluate
@@ -149,6 +150,16 @@ def _watched(level: LevelRecord, share: CpuShare | None, tries: int) -> LevelRec
         return dataclasses.replace(level, tries=tries)
     return dataclasses.replace(level, foreign_cpu_cores=share.foreign_cores,
                                steal_share=share.steal_share, tries=tries)  # fmt: skip
+
+
+def machine_summary(levels: Sequence[LevelRecord]) -> dict[str, Any]:
+    """How shared the machine was over these levels: how many were measured again, and the
+    most CPU others used and the hypervisor stole during a level kept (None: not watched)."""
+    foreign = [lv.foreign_cpu_cores for lv in levels if lv.foreign_cpu_cores is not None]
+    steal = [lv.steal_share for lv in levels if lv.steal_share is not None]
+    return {"remeasured": sum(lv.tries > 1 for lv in levels),
+            "max_foreign_cpu_cores": max(foreign, default=None),
+            "max_steal_share": max(steal, default=None)}  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from tuner.measure.meter import machine_summary
 from tuner.report.summary import (
     WITHIN_NOISE,
     flag_notes,
@@ -232,15 +233,15 @@ def _robustness(view: RunView) -> dict[str, Any] | None:
 def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:
     finished = view.finished
     levels = [level for t in view.trials for level in t.levels]
-    foreign = [lv.foreign_cpu_cores for lv in levels if lv.foreign_cpu_cores is not None]
+    shared = machine_summary(levels)
     return {
         "sampler": view.settings.get("sampler"), "trials_finished": len(finished),
         "trials_pruned": sum(t.state is TrialState.PRUNED for t in finished),
         "levels_measured": len(levels),
         # Levels run again because the client lagged or other processes took the CPU
         # (tuner/measure/contention.py), and the most others took during a level kept.
-        "levels_remeasured": sum(lv.tries > 1 for lv in levels),
-        "max_foreign_cpu_cores": max(foreign, default=None),
+        "levels_remeasured": shared["remeasured"],
+        "max_foreign_cpu_cores": shared["max_foreign_cpu_cores"],
         "measurement_s": sum(t.measurement_s for t in view.trials),
         "stopped_by": conf.stopped_by, "elapsed_s": conf.elapsed_s,
         "space": view.info.get("space", {}), "fixed": view.info.get("fixed", {}),
