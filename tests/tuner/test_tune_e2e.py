@@ -113,8 +113,13 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     if rec["best"]["config"] != rec["default"]["config"]:
         assert same["rate_rps"] == rec["best"]["rate_rps"]
         assert (run_dir / "records_default_at_recommended_rate.jsonl").stat().st_size > 0
-        if not same["default"]["meets_slo"]:
+        # A miss is claimed only when the default missed on most draws alone (the headline's
+        # rule); a pooled miss sunk by one draw's tail reads as within noise.
+        if rec["headline"]["basis"] == "same_traffic":
+            assert not same["default"]["meets_slo"]
             assert "at that rate the default misses the SLO" in rec["summary"]
+        elif not same["default"]["meets_slo"]:
+            assert kept and 2 * same["default"]["draws_missed"] <= same["default"]["draws"]
 
     html = (run_dir / "recommendation.html").read_text()
     assert html.count("data:image/png;base64,") >= 3 and "<script" not in html
