@@ -97,7 +97,7 @@ class Bench:
         level = LevelSettings(duration_s=DEFAULT_LEVEL_S, min_requests=MIN_REQUESTS_PER_LEVEL)
         self.meter = Meter(self.target, self.workload.requests, parse_slo(SLO_TEXT), level,
                            VerdictRules(require_schedule=facts.require_schedule),
-                           guard=CpuGuard.for_target(facts.kind))  # fmt: skip
+                           guard=CpuGuard.watching(self.target))  # fmt: skip
         self.start_rps = start_rps
 
     async def capacity(

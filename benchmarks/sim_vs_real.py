@@ -149,7 +149,7 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
         wl = build_workload(name, num_requests=n, seed=0, max_model_len=facts.max_model_len,
                             vocab_size=facts.vocab_size)  # fmt: skip
         return Meter(target, wl.requests, parse_slo(SLO), level, rules,
-                     guard=CpuGuard.for_target(facts.kind))  # fmt: skip
+                     guard=CpuGuard.watching(target))  # fmt: skip
 
     base = meter_for("mixed")
     longest = max(r.prompt_len for r in base.requests)

@@ -92,7 +92,7 @@ def meter_for(target: Any, min_requests: int) -> Meter:
     )
     level = LevelSettings(duration_s=8.0, min_requests=min_requests)
     rules = rules_for(Mode.CAPACITY, facts.require_schedule)
-    guard = CpuGuard.for_target(facts.kind)
+    guard = CpuGuard.watching(target)
     return Meter(target, wl.requests, parse_slo(SLO), level, rules, guard=guard)
 
 

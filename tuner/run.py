@@ -165,7 +165,7 @@ def prepare(
                           min_requests=settings.resolved_min_requests(),
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level, rules_for(mode, facts.require_schedule),
-                  clock, CpuGuard.for_target(facts.kind))  # fmt: skip
+                  clock, CpuGuard.watching(target))  # fmt: skip
     scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
     storage = open_storage(settings.storage, files.root, settings.heartbeat_s)
 

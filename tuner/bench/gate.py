@@ -130,7 +130,7 @@ async def measure_suite(suite: BenchSuite, progress: ProgressFn | None = None) -
     # figure can then depend on how fast this machine simulated.
     clock = _still if sim else time.monotonic
     # Wall-clock rounds are run again when other processes took the CPU meanwhile.
-    guard = None if sim else CpuGuard.for_target(target.facts.kind)
+    guard = None if sim else CpuGuard.watching(target)
     meter = Meter(target, wl.requests, slo, settings, rules, clock=clock, guard=guard)
     samples: dict[str, dict[str, list[float]]] = {c.name: {} for c in suite.configs}
     try:

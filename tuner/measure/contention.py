@@ -12,6 +12,9 @@ So a level is judged only on a machine that was the run's: processes outside thi
 used at most `FOREIGN_CORES`, and the hypervisor stole at most `STEAL_SHARE` of the CPU. A
 level that fails that is measured again (`Meter.level`). Linux only (`/proc`); elsewhere no
 guard is kept and levels are judged as they come.
+
+What `/proc` cannot see (a neighbour VM on the same host, with no steal reported) slows the
+built-in engine's steps too; for that target the guard also reads their pace (`pace.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from tuner.measure.pace import SLOW_PACE, StepPace
 from tuner.targets.base import TargetKind
 
 FOREIGN_CORES = 0.25  # mean cores others may use during a level
@@ -50,38 +55,68 @@ class CpuShare:
 
     foreign_cores: float  # mean cores used by processes outside this run
     steal_share: float  # share of all CPU time stolen by the hypervisor
+    # The built-in engine's steps against this run's usual pace (None: not read, or too few).
+    step_pace: float | None = None
+
+    @property
+    def slow_steps(self) -> bool:
+        return self.step_pace is not None and self.step_pace > SLOW_PACE
+
+    @property
+    def excess(self) -> float:
+        """The worst of the three over its limit: above 1 the level was not the run's."""
+        pace = (self.step_pace or 0.0) / SLOW_PACE
+        return max(self.foreign_cores / FOREIGN_CORES, self.steal_share / STEAL_SHARE, pace)
 
     @property
     def contended(self) -> bool:
-        return self.foreign_cores > FOREIGN_CORES or self.steal_share > STEAL_SHARE
+        return self.excess > 1.0
 
     def describe(self) -> str:
         parts = [f"other processes used {self.foreign_cores:.2f} cores"]
         if self.steal_share > STEAL_SHARE:
             parts.append(f"the hypervisor stole {self.steal_share:.0%} of the CPU")
+        if self.slow_steps:
+            parts.append(f"the engine's steps ran {self.step_pace:.2f}x its usual time")
         return " and ".join(parts)
 
 
 class CpuGuard:
     """Marks the CPU counters before a level and reads what others used since."""
 
-    def __init__(self, root_pid: int | None = None) -> None:
+    def __init__(self, root_pid: int | None = None, pace: StepPace | None = None) -> None:
         self.root = root_pid or os.getpid()
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.cores = os.cpu_count() or 1
+        self.pace = pace
 
     @classmethod
-    def for_target(cls, kind: TargetKind) -> CpuGuard | None:
-        """A guard for a target whose work runs in this run's processes, on Linux."""
-        return cls() if kind in WATCHED and (_PROC / "stat").is_file() else None
+    def for_target(cls, kind: TargetKind, engine: object = None) -> CpuGuard | None:
+        """A guard for a target whose work runs in this run's processes, on Linux; with the
+        pace of its steps when it is an engine in this process that reports them."""
+        if kind not in WATCHED or not (_PROC / "stat").is_file():
+            return None
+        steps = engine is not None and hasattr(engine, "add_step_listener")
+        return cls(pace=StepPace(engine) if steps else None)
+
+    @classmethod
+    def watching(cls, target: Any) -> CpuGuard | None:
+        """`for_target` for a target: its kind, and its engine when it runs in this process."""
+        return cls.for_target(target.facts.kind, getattr(target, "engine", None))
 
     def mark(self) -> CpuMark:
+        if self.pace is not None:
+            self.pace.start()
+        return self._counters()
+
+    def _counters(self) -> CpuMark:
         busy, steal = _machine_ticks()
         return CpuMark(busy, steal, _tree_ticks(self.root), time.monotonic())
 
     def since(self, before: CpuMark) -> CpuShare | None:
         """What others had since `before`; None for an interval too short to tell."""
-        after = self.mark()
+        after = self._counters()
+        pace = self.pace.stop() if self.pace is not None else None
         wall_s = after.at_s - before.at_s
         if wall_s < MIN_WATCH_S:
             return None
@@ -89,7 +124,7 @@ class CpuGuard:
         # Ticks are sampled, so a short quiet interval can read slightly below zero.
         foreign = max(0, (after.busy - before.busy) - (after.ours - before.ours)) / ticks
         steal = max(0, after.steal - before.steal) / (ticks * self.cores)
-        return CpuShare(foreign, steal)
+        return CpuShare(foreign, steal, pace)
 
 
 def _machine_ticks() -> tuple[int, int]:

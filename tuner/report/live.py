@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tuner.measure.contention import FOREIGN_CORES
+from tuner.measure.contention import FOREIGN_CORES, SLOW_PACE
 from tuner.measure.meter import LevelRecord
 from tuner.measure.ratesearch import RateSearch
 from tuner.report.summary import short_config
@@ -81,6 +81,8 @@ class StatusSink:
             detail += f", try {level.tries}"
         if (level.foreign_cpu_cores or 0) > FOREIGN_CORES:
             detail += f", other processes used {level.foreign_cpu_cores:.1f} cores"
+        if (level.step_pace or 0) > SLOW_PACE:
+            detail += f", steps at {level.step_pace:.2f}x their usual time"
         s.level = f"at {level.rate_rps:.2f} req/s: {verdict}{detail} ({level.wall_s:.0f}s)"
         if search is not None:
             lo, hi = search.capacity_rps, search.upper_bound_rps

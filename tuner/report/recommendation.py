@@ -238,10 +238,11 @@ def _search(view: RunView, conf: Confirmation) -> dict[str, Any]:
         "sampler": view.settings.get("sampler"), "trials_finished": len(finished),
         "trials_pruned": sum(t.state is TrialState.PRUNED for t in finished),
         "levels_measured": len(levels),
-        # Levels run again because the client lagged or other processes took the CPU
-        # (tuner/measure/contention.py), and the most others took during a level kept.
+        # Levels run again because the client lagged, other processes took the CPU or the
+        # engine's steps slowed (tuner/measure/contention.py), and the worst of a level kept.
         "levels_remeasured": shared["remeasured"],
         "max_foreign_cpu_cores": shared["max_foreign_cpu_cores"],
+        "max_step_pace": shared["max_step_pace"],  # the built-in engine's (tuner/measure/pace.py)
         "measurement_s": sum(t.measurement_s for t in view.trials),
         "stopped_by": conf.stopped_by, "elapsed_s": conf.elapsed_s,
         "space": view.info.get("space", {}), "fixed": view.info.get("fixed", {}),

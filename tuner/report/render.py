@@ -175,6 +175,8 @@ def _shared_text(search: dict[str, Any]) -> str:
     if foreign is None:
         return ""
     text = f"; other processes used at most {foreign:.2f} cores during a level kept"
+    if search.get("max_step_pace") is not None:
+        text += f", the engine's steps at most {search['max_step_pace']:.2f}x their usual time"
     return text + (f", {again} levels measured again" if again else "")
 
 
