@@ -84,6 +84,8 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
     and the default's measured capacity search."""
     simulator = fidelity.Simulator.for_target(target, None)
     assert simulator is not None, "the built-in engine always reports its steps"
+    if meter.guard is not None and simulator.steps is not None:
+        meter.guard.follow(simulator.steps)  # as tune does: a slowed level's steps are dropped
     simulator.recording(True)
     await target.apply(space.default_config())
     default = await meter.capacity(SEARCH)

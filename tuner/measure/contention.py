@@ -89,6 +89,8 @@ class CpuGuard:
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.cores = os.cpu_count() or 1
         self.pace = pace
+        # Told when a level starts and when the meter rejects it (`follow`).
+        self._followers: list[Any] = []
 
     @classmethod
     def for_target(cls, kind: TargetKind, engine: object = None) -> CpuGuard | None:
@@ -104,10 +106,22 @@ class CpuGuard:
         """`for_target` for a target: its kind, and its engine when it runs in this process."""
         return cls.for_target(target.facts.kind, getattr(target, "engine", None))
 
+    def follow(self, follower: Any) -> None:
+        """`follower.level_started()` at each mark, `follower.level_rejected()` when the meter
+        measures that level again: a simulator's step log drops the steps of a level the
+        machine slowed, so they do not teach it a slower engine."""
+        self._followers.append(follower)
+
     def mark(self) -> CpuMark:
         if self.pace is not None:
             self.pace.start()
+        for f in self._followers:
+            f.level_started()
         return self._counters()
+
+    def reject(self) -> None:
+        for f in self._followers:
+            f.level_rejected()
 
     def _counters(self) -> CpuMark:
         busy, steal = _machine_ticks()

@@ -224,6 +224,8 @@ class Meter:
             # while tries remain, and the quietest one kept with what others used.
             if share is None or not share.contended:
                 return run
+            assert self.guard is not None
+            self.guard.reject()
             if quietest is None or share.excess < quietest[0]:
                 quietest = (share.excess, run)
         if quietest is not None:

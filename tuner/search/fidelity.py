@@ -120,6 +120,8 @@ class Simulator:
             engine: Any = self.target.engine
             shape = SimEngine(engine.num_kv_blocks, engine.block_size, engine.max_model_len)
             self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
+            if self.steps.rejected:
+                self.source += f" ({self.steps.rejected} of levels measured again left out)"
             report = fit(self.steps.samples)
             self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
             self.fit_p90_error = report.p90_rel_error

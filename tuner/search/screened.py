@@ -60,6 +60,8 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
     if simulator is None:
         display.line("no simulator for this target (pass --profile FILE): measuring for real")
         return None
+    if run.meter.guard is not None and simulator.steps is not None:
+        run.meter.guard.follow(simulator.steps)
     simulator.recording(True)
     placed = False
     if not has_role(run.study, Role.DEFAULT):

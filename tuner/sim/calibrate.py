@@ -38,6 +38,16 @@ class StepLog:
         self.samples: list[tuple[StepFeatures, float]] = []
         self.active = False
         self._last_end: float | None = None
+        self._level_start = 0
+        self.rejected = 0  # steps dropped with the levels the meter measured again
+
+    def level_started(self) -> None:
+        self._level_start = len(self.samples)
+
+    def level_rejected(self) -> None:
+        """The level since `level_started` ran on a machine that was not the run's."""
+        self.rejected += len(self.samples) - self._level_start
+        del self.samples[self._level_start :]
 
     def __call__(self, step: Any) -> None:
         if not self.active or not step.features.num_reqs:

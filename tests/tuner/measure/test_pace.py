@@ -16,6 +16,7 @@ from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LAG_TRIES, LevelSettings, Meter
 from tuner.measure.pace import SLOW_PACE, StepPace
 from tuner.measure.verdict import VerdictRules
+from tuner.sim.calibrate import StepLog
 from tuner.store.codec import level_from_row, level_row
 from tuner.targets.base import TargetKind
 from tuner.targets.builtin import BuiltinTarget
@@ -74,6 +75,10 @@ async def test_a_level_whose_steps_a_neighbour_slowed_is_measured_again():
     guard = CpuGuard.watching(target)
     assert guard is not None and guard.pace is not None
     seen = paces_of(guard)
+    log = StepLog()  # a simulator's: it follows the guard, as tune's does
+    inner.engine.add_step_listener(log)
+    guard.follow(log)
+    log.active = True
     requests = build_workload("chat", num_requests=60, seed=0, vocab_size=4096).requests
     meter = Meter(target, requests, SLO, LevelSettings(duration_s=4.0, min_requests=16), RULES,
                   guard=guard)  # fmt: skip
@@ -97,6 +102,8 @@ async def test_a_level_whose_steps_a_neighbour_slowed_is_measured_again():
     assert run.level.foreign_cpu_cores is not None and run.level.foreign_cpu_cores < 0.25
     kept = level_from_row(level_row(run.level), SLO, RULES)
     assert (kept.tries, kept.step_pace) == (run.level.tries, run.level.step_pace)
+    # The simulator's step log dropped the steps of the tries measured again.
+    assert log.rejected > 0 and len(log.samples) > 0
     if run.level.tries < LAG_TRIES:
         assert run.level.step_pace <= SLOW_PACE
 
