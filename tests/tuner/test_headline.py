@@ -62,3 +62,14 @@ def test_a_default_sunk_pooled_by_one_bad_draw_does_not_make_a_claim():
     # Missed on two of three alone: that is a miss, and the ratio is claimed.
     r = rec(default_meets=False, draws=3, missed=2)
     assert r["headline"] == {"basis": SAME_TRAFFIC, "claimed_ratio": 1.26}
+
+
+def test_a_default_whose_own_capacity_did_not_hold_gives_no_ratio():
+    # Its search read 9.49 req/s, its re-measurement passed at no rate, and the
+    # recommendation was confirmed lower: a ratio of 0.80 would compare against nothing real.
+    r = rec(default_meets=False, draws=3, missed=1)
+    r["default"].update(capacity_rps=9.49, held_when_remeasured=False)
+    r["ratio_vs_default"] = 0.80
+    text = summary_line(r)
+    assert text.startswith("keep the vLLM default") and "0.80x" not in text
+    assert "the default's own 9.49 req/s did not hold when re-measured" in text

@@ -132,6 +132,10 @@ def config_entry(trial: TrialRecord, candidate: Candidate | None,
                      capacity_rule="pooled point estimates",
                      capacity_ci=candidate_json(candidate)["capacity_ci"])  # fmt: skip
     elif candidate is not None:
+        if reference and candidate.repeats and candidate.capacity_ci is not None:
+            # Re-measured and passing at no rate tried: its search capacity is not one the
+            # report can compare against (the summary says so instead of giving a ratio).
+            entry["held_when_remeasured"] = False
         entry.update(capacity_rps=candidate.confirmed_rps if candidate.clears else value,
                      confirmed=candidate.clears, repeats=candidate.repeats,
                      capacity_ci=candidate_json(candidate)["capacity_ci"],

@@ -38,9 +38,14 @@ def summary_line(rec: dict[str, Any]) -> str:
     if basis == WITHIN_NOISE:
         rate = rec["default_at_recommended_rate"]["rate_rps"]
         held = draws_held(rec["default_at_recommended_rate"]["default"])
-        return (f"keep the vLLM default: at {rate:.2f} req/s, where {short_config(best['config'])}"
-                f" was confirmed, the default also meets {slo}{held}, so the {ratio:.2f}x "
-                "measured between their capacities is within noise")  # fmt: skip
+        text = (f"keep the vLLM default: at {rate:.2f} req/s, where "
+                f"{short_config(best['config'])} was confirmed, the default also meets {slo}"
+                f"{held}, so ")  # fmt: skip
+        if default is not None and default.get("held_when_remeasured") is False:
+            return text + (f"the two are within noise of each other (the default's own "
+                           f"{default['capacity_rps']:.2f} req/s did not hold when "
+                           "re-measured)")  # fmt: skip
+        return text + f"the {ratio:.2f}x measured between their capacities is within noise"
     text = f"recommended: {short_config(best['config'])} serves {best['capacity_rps']:.2f} {unit}"
     if ratio is not None:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
