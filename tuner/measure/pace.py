@@ -19,7 +19,7 @@ import statistics
 import threading
 from typing import Any
 
-from engine_lite.costmodel import FEATURE_NAMES, StepFeatures, fit
+from engine_lite.costmodel import StepFeatures, fit
 from engine_lite.errors import EngineLiteError
 
 SLOW_PACE = 1.15  # a level's steps this much slower than the run's usual are measured again
@@ -60,8 +60,6 @@ class StepPace:
             self._keep(level)
             return None
         pool = [s for earlier in self.kept for s in earlier] + level
-        if len(pool) < len(FEATURE_NAMES):
-            return None
         try:
             model = fit(pool).model
         except EngineLiteError:
