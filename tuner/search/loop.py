@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from tuner.targets.base import ServerLost
 
 # Time kept back at the end for writing the trials table, records and reports.
 REPORT_RESERVE_S = 15.0
+# The most the run's own levels may scale the confirmation's reserve by (`ConfirmPlan`).
+MAX_COST_FACTOR = 3.0
 # Consecutive trials that raise before the run gives up (a broken --launch command, say).
 MAX_FAILED_IN_A_ROW = 3
 
@@ -70,19 +73,39 @@ class ConfirmPlan:
 
     def reserve_s(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> float:
         """The repeats of each top config (and one step down each in capacity mode), and one
-        level of the default at the best config's rate; a server start for each of them."""
+        level of the default at the best config's rate; a server start for each of them. The
+        levels are scaled by what this run's levels have cost against that estimate."""
         if self.repeats == 0:
             return REPORT_RESERVE_S
         capacity = self.mode is Mode.CAPACITY
-        levels = self.repeats + (1 if capacity else 0)
+        trials = study.get_trials(deepcopy=False) if trials is None else trials
+        levels = (self.repeats + (1 if capacity else 0)) * self.cost_factor(trials)
         top = top_trials(study, self.top_k, self.mode, trials)
         rates = [self.rate_rps or t.value or 1.0 for t in top]
         level_s = self.meter.expected_level_s
         # The default at the best rate, on as many draws as the best's pooled runs.
         same_rate_s = (1 + self.repeats) * level_s(max(rates)) if rates and capacity else 0.0
         starts_s = self.restart_s() * (len(rates) + (1 if capacity else 0))
-        return (REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates) + same_rate_s
-                + starts_s)  # fmt: skip
+        return (REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates)
+                + same_rate_s * self.cost_factor(trials) + starts_s)  # fmt: skip
+
+    def cost_factor(self, trials: Sequence[FrozenTrial]) -> float:
+        """The wall time this run's levels took, every try counted, over the estimate of
+        their arrivals and drain (1 to `MAX_COST_FACTOR`). A level on a shared machine is
+        measured again (contention.py): on a 2-core VM one `tune` run's confirmation took 7
+        tries for 5 levels, used its whole reserve, and had no time left to measure the
+        default at the recommended rate."""
+        spent = expected = 0.0
+        for trial in trials:
+            for key, row in trial.user_attrs.items():
+                if not key.startswith(attrs.LEVEL_PREFIX) or not isinstance(row, dict):
+                    continue
+                rate, wall = row.get("rate_rps"), row.get("wall_s")
+                if rate is None or wall is None or not math.isfinite(float(rate)):
+                    continue
+                spent += float(wall) * int(row.get("tries") or 1)
+                expected += self.meter.expected_level_s(float(rate))
+        return min(MAX_COST_FACTOR, max(1.0, spent / expected)) if expected else 1.0
 
 
 @dataclass
