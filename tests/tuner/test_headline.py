@@ -51,6 +51,19 @@ def test_a_ratio_never_checked_at_the_same_traffic_says_so():
     assert summary_line(r).endswith("(not checked at the same traffic)")
 
 
+def test_a_ratio_over_a_default_figure_that_did_not_hold_says_so():
+    # A run whose time ran out before the same-traffic check: the default's search read 9.22
+    # req/s, and re-measured there it missed (127 ms), so the ratio rests on a doubtful figure.
+    r = rec(default_meets=None)
+    r["default"].update(capacity_rps=9.22, held_when_remeasured=False)
+    text = summary_line(r)
+    assert "the vLLM default's 9.22, a figure that did not hold when re-measured" in text
+    assert text.endswith("(not checked at the same traffic)")
+    r = rec(default_meets=False)
+    r["default"]["held_when_remeasured"] = False
+    assert "did not hold when re-measured; at that rate the default misses" in summary_line(r)
+
+
 def test_a_default_sunk_pooled_by_one_bad_draw_does_not_make_a_claim():
     # Pooled over three draws its p99 missed, yet alone it met the SLO on two of them.
     r = rec(default_meets=False, draws=3, missed=1)

@@ -51,6 +51,8 @@ def summary_line(rec: dict[str, Any]) -> str:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
         if default.get("lower_bound"):
             text += " (a lower bound: its measurement was cut short)"
+        elif default.get("held_when_remeasured") is False:
+            text += ", a figure that did not hold when re-measured"
         if basis == UNCHECKED:
             text += " (not checked at the same traffic)"
     elif default is not None:
