@@ -19,6 +19,7 @@ built-in engine's steps too; for that target the guard also reads their pace (`p
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import dataclass
@@ -36,6 +37,11 @@ MIN_WATCH_S = 1.0
 # Targets whose work runs in this run's processes: anything else using the CPU is not theirs.
 # (A server at --url may run elsewhere, or beside us in processes we cannot tell from others.)
 WATCHED = (TargetKind.BUILTIN, TargetKind.VLLM, TargetKind.LAUNCH)
+# Before a level is measured again, the guard waits (in windows this long, at most
+# `SETTLE_MAX_S`) for a window in which others used and stole no more than a level may: a try
+# started straight after one that others' work slowed mostly lands in the same work.
+SETTLE_WINDOW_S = 1.5
+SETTLE_MAX_S = 15.0
 _PROC = Path("/proc")
 
 
@@ -123,6 +129,20 @@ class CpuGuard:
         for f in self._followers:
             f.level_rejected()
 
+    async def settle(self, max_wait_s: float = SETTLE_MAX_S,
+                     window_s: float = SETTLE_WINDOW_S) -> float:  # fmt: skip
+        """Wait until a window shows the machine quiet (others and the hypervisor within a
+        level's limits), or `max_wait_s` passed; returns the seconds waited. A level slowed
+        only in its steps' pace (what `/proc` does not see) finds the first window quiet."""
+        started = time.monotonic()
+        while time.monotonic() - started < max_wait_s:
+            before = self._counters()
+            await asyncio.sleep(window_s)
+            share = self._share(before, self._counters(), None)
+            if share is not None and not share.contended:
+                break
+        return time.monotonic() - started
+
     def _counters(self) -> CpuMark:
         busy, steal = _machine_ticks()
         return CpuMark(busy, steal, _tree_ticks(self.root), time.monotonic())
@@ -131,6 +151,9 @@ class CpuGuard:
         """What others had since `before`; None for an interval too short to tell."""
         after = self._counters()
         pace = self.pace.stop() if self.pace is not None else None
+        return self._share(before, after, pace)
+
+    def _share(self, before: CpuMark, after: CpuMark, pace: float | None) -> CpuShare | None:
         wall_s = after.at_s - before.at_s
         if wall_s < MIN_WATCH_S:
             return None

@@ -197,7 +197,8 @@ class Meter:
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
         it raises `ClientLagError` instead of reporting the server as failing. A level during
         which other processes took the machine, or the engine's steps slowed (`guard`), is
-        measured again too; when every try was, the quietest is kept.
+        measured again too, once the machine is quiet again (or after `SETTLE_MAX_S`); when
+        every try was, the quietest is kept.
 
         Draw 0 is the search's: every config meets the same requests at the same times, so
         configs differ by what they do, not by luck. A p99 over one level's requests belongs
@@ -228,6 +229,8 @@ class Meter:
             self.guard.reject()
             if quietest is None or share.excess < quietest[0]:
                 quietest = (share.excess, run)
+            if attempt < LAG_TRIES:
+                await self.guard.settle()  # not straight back into the same stretch
         if quietest is not None:
             kept = quietest[1]
             kept.level = dataclasses.replace(kept.level, tries=LAG_TRIES)

@@ -132,3 +132,26 @@ async def test_a_quiet_level_is_measured_once(sim_target):
     await target.apply({})
     run = await slow_meter(target).level(4.0)
     assert target.replays == 1 and run.level.tries == 1
+
+
+async def test_a_retry_waits_for_another_programs_work_to_end():
+    guard = CpuGuard()
+    pid = start_foreign_spinner()
+    # The other program runs for 3 s more: the guard waits it out, then goes on at once.
+    killer = asyncio.get_running_loop().call_later(3.0, stop, pid)
+    try:
+        waited = await guard.settle(max_wait_s=20.0)
+    finally:
+        killer.cancel()
+        stop(pid)
+    assert 3.0 <= waited < 20.0, waited
+
+
+async def test_a_machine_that_stays_busy_is_waited_on_no_longer_than_the_limit():
+    guard = CpuGuard()
+    pid = start_foreign_spinner()
+    try:
+        waited = await guard.settle(max_wait_s=3.0)
+    finally:
+        stop(pid)
+    assert waited >= 3.0
