@@ -79,7 +79,8 @@ class ConfirmPlan:
             return REPORT_RESERVE_S
         capacity = self.mode is Mode.CAPACITY
         trials = study.get_trials(deepcopy=False) if trials is None else trials
-        levels = (self.repeats + (1 if capacity else 0)) * self.cost_factor(trials)
+        factor = self.cost_factor(trials)
+        levels = (self.repeats + (1 if capacity else 0)) * factor
         top = top_trials(study, self.top_k, self.mode, trials)
         rates = [self.rate_rps or t.value or 1.0 for t in top]
         level_s = self.meter.expected_level_s
@@ -87,7 +88,7 @@ class ConfirmPlan:
         same_rate_s = (1 + self.repeats) * level_s(max(rates)) if rates and capacity else 0.0
         starts_s = self.restart_s() * (len(rates) + (1 if capacity else 0))
         return (REPORT_RESERVE_S + levels * sum(level_s(r) for r in rates)
-                + same_rate_s * self.cost_factor(trials) + starts_s)  # fmt: skip
+                + same_rate_s * factor + starts_s)  # fmt: skip
 
     def cost_factor(self, trials: Sequence[FrozenTrial]) -> float:
         """The wall time this run's levels took, every try counted, over the estimate of
