@@ -98,9 +98,7 @@ class ConfirmPlan:
         default at the recommended rate."""
         spent = expected = 0.0
         for trial in trials:
-            for key, row in trial.user_attrs.items():
-                if not key.startswith(attrs.LEVEL_PREFIX) or not isinstance(row, dict):
-                    continue
+            for row in attrs.level_rows(trial):
                 rate, wall = row.get("rate_rps"), row.get("wall_s")
                 if rate is None or wall is None or not math.isfinite(float(rate)):
                     continue

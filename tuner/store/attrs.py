@@ -159,13 +159,18 @@ def was_cut(trial: FrozenTrial) -> bool:
     return ending is not None and TrialEnding(ending).cut
 
 
+def level_rows(trial: FrozenTrial) -> list[dict[str, Any]]:
+    """The trial's level rows (`save_level`), in the order they were measured."""
+    attrs = trial.user_attrs
+    return [attrs[k] for k in sorted(k for k in attrs if k.startswith(LEVEL_PREFIX))]
+
+
 def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord:
     attrs = trial.user_attrs
-    keys = sorted(k for k in attrs if k.startswith(LEVEL_PREFIX))
     ending = attrs.get(ENDING)
     return TrialRecord(
         number=trial.number, state=trial.state, role=role_of(trial), knobs=knobs_of(trial),
-        levels=[level_from_row(attrs[k], slo, rules) for k in keys], value=trial.value,
+        levels=[level_from_row(row, slo, rules) for row in level_rows(trial)], value=trial.value,
         capacity_rps=attrs.get(CAPACITY), upper_bound_rps=attrs.get(UPPER),
         ending=TrialEnding(ending) if ending else None, constraints=constraints_of(trial),
         worker=worker_of(trial), retry_of=retry_of(trial), same_as=attrs.get(SAME_AS),
