@@ -17,6 +17,7 @@ from loadgen.schedule import (
     run_schedule,
     summarize,
 )
+from loadgen.stop import StopRule
 from loadgen.target import Target
 from loadgen.workers import replay_in_workers
 from loadgen.workloads import RequestSpec
@@ -37,14 +38,18 @@ async def replay(
     *,
     workers: int = 1,
     lag_tolerance_s: float = DEFAULT_LAG_TOLERANCE_S,
+    stop: StopRule | None = None,
 ) -> ReplayResult:
     """Send `requests[i]` at `offsets[i]` seconds after the start; one record per request.
 
     Send times are absolute (start + offset), never relative sleeps, so a late send does not
     delay the ones after it. The first `warmup` requests are flagged `warmup=True`; slo leaves
     them out of every metric. `workers > 1` spreads the schedule over that many processes.
+    A `stop` rule may end the replay early (one process only: it must see every request).
     """
     _validate(requests, offsets, warmup, timeout_s, workers, lag_tolerance_s)
+    if workers > 1 and stop is not None:
+        raise LoadgenError("a stop rule must see every request; use workers=1 with it")
     if workers > 1:
         return await replay_in_workers(
             target, requests, offsets, warmup, timeout_s, progress, workers, lag_tolerance_s
@@ -56,14 +61,13 @@ async def replay(
             start = time.monotonic() + START_DELAY_S
             scheduled = [start + off for off in offsets]
             flags = [i < warmup for i in range(len(requests))]
-            records, lag = await run_schedule(
-                target, requests, scheduled, flags, timeout_s, counters
+            records, lag, stopped = await run_schedule(
+                target, requests, scheduled, flags, timeout_s, counters, stop
             )
     finally:
         await target.close()
-    return summarize(
-        records, start, [lag.samples_s], lag_tolerance_s, 1, target.chunk_times_from_loop
-    )
+    return summarize(records, start, [lag.samples_s], lag_tolerance_s, 1,
+                     target.chunk_times_from_loop, stopped)  # fmt: skip
 
 
 def _validate(

@@ -19,6 +19,7 @@ import numpy as np
 from loadgen.lag import LoopLagMonitor
 from loadgen.progress import MutableCounters
 from loadgen.records import RequestRecord
+from loadgen.stop import Finished, StopRule, mark_stopped
 from loadgen.target import Target
 from loadgen.workloads import RequestSpec
 
@@ -43,6 +44,9 @@ class ReplayResult:
     lag_tolerance_s: float
     workers: int = 1
     notes: list[str] = field(default_factory=list)
+    # Seconds after the start at which a stop rule ended the replay (None: it ran to the end);
+    # the requests it left unfinished are marked (loadgen.stop).
+    stopped_s: float | None = None
 
     @property
     def schedule_ok(self) -> bool:
@@ -74,12 +78,17 @@ async def run_schedule(
     warmup_flags: Sequence[bool],
     timeout_s: float,
     counters: MutableCounters,
-) -> tuple[list[RequestRecord], LoopLagMonitor]:
-    """Dispatch each spec at its absolute `scheduled_s` (monotonic) in this event loop."""
+    stop: StopRule | None = None,
+) -> tuple[list[RequestRecord], LoopLagMonitor, float | None]:
+    """Dispatch each spec at its absolute `scheduled_s` (monotonic) in this event loop; with a
+    `stop` rule, end once it says so: no more sends, the requests in flight cancelled. The
+    third value is when it stopped (monotonic), or None."""
     records = [
         RequestRecord(s.index, s.class_name, s.prompt_len, s.output_len, t, warmup=w)
         for s, t, w in zip(specs, scheduled_s, warmup_flags, strict=True)
     ]
+    finished = stop.watch(records) if stop is not None else None
+    halt = asyncio.Event()
     monitor = LoopLagMonitor()
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
@@ -87,17 +96,40 @@ async def run_schedule(
     try:
         for i in sorted(range(len(specs)), key=scheduled_s.__getitem__):
             prepared = target.prepare(specs[i])
-            # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again.
-            while (delay := scheduled_s[i] - time.monotonic()) > 0:
+            # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again. A
+            # halt is seen at the next wake-up: plain sleeps keep the send times exact.
+            while (delay := scheduled_s[i] - time.monotonic()) > 0 and not halt.is_set():
                 await asyncio.sleep(delay)
-            tasks.append(
-                loop.create_task(_one(target, specs[i], prepared, records[i], timeout_s, counters))
-            )
+            if halt.is_set():
+                break
+            one = _one(target, specs[i], prepared, records[i], timeout_s, counters, finished, halt)
+            tasks.append(loop.create_task(one))
             counters.sent += 1
-        await asyncio.gather(*tasks)
+        if finished is None:
+            await asyncio.gather(*tasks)
+        else:
+            await _until_halted(tasks, halt)
     finally:
         await monitor.stop()
-    return records, monitor
+    if not halt.is_set():
+        return records, monitor, None
+    stopped = time.monotonic()
+    mark_stopped(records, stopped)
+    return records, monitor, stopped
+
+
+async def _until_halted(tasks: list[asyncio.Task[None]], halt: asyncio.Event) -> None:
+    """Wait for every task, or cancel those left once `halt` is set."""
+    everything = asyncio.gather(*tasks, return_exceptions=True)
+    halted = asyncio.ensure_future(halt.wait())
+    await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
+    halted.cancel()
+    if halt.is_set():
+        for task in tasks:
+            task.cancel()  # a task done already ignores it
+    for outcome in await everything:  # cancellations are expected (not `Exception`s)
+        if isinstance(outcome, Exception):
+            raise outcome
 
 
 async def _one(
@@ -107,6 +139,8 @@ async def _one(
     record: RequestRecord,
     timeout_s: float,
     counters: MutableCounters,
+    finished: Finished | None = None,
+    halt: asyncio.Event | None = None,
 ) -> None:
     try:
         await target.send(spec, prepared, record, timeout_s)
@@ -114,6 +148,8 @@ async def _one(
         record.fail(f"client error: {type(exc).__name__}: {exc}", time.monotonic())
     finally:
         counters.done += 1
+    if finished is not None and halt is not None and finished(record):
+        halt.set()
 
 
 def summarize(
@@ -123,6 +159,7 @@ def summarize(
     tolerance_s: float,
     workers: int,
     judge_loop_lag: bool = True,
+    stopped_s: float | None = None,
 ) -> ReplayResult:
     """Fold loop-lag samples (one list per process) and send lags into a `ReplayResult`.
 
@@ -160,4 +197,5 @@ def summarize(
         lag_tolerance_s=tolerance_s,
         workers=workers,
         notes=notes,
+        stopped_s=None if stopped_s is None else stopped_s - start_s,
     )

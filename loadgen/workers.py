@@ -186,7 +186,7 @@ async def _worker(
             start_s = conn.recv()  # blocks this loop on purpose: nothing runs before the anchor
             scheduled = [start_s + off for off in offsets]
             counters = SharedCounters(arr, worker)
-            records, lag = await run_schedule(
+            records, lag, _ = await run_schedule(
                 target, specs, scheduled, warmup_flags, timeout_s, counters
             )
     finally:
