@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen import RequestRecord, RequestSpec, arrival_offsets
+from loadgen.stop import measured_part
 from slo import SLO, Metric, RunMetrics, evaluate
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard, CpuShare
+from tuner.measure.early_stop import SloBroken
 from tuner.measure.judge import Run, judge_report, served_fraction
 from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict, VerdictRules
@@ -105,6 +107,9 @@ class LevelRecord:
     steal_share: float | None = None
     tries: int = 1
     step_pace: float | None = None  # the built-in engine's steps over the run's usual pace
+    # Seconds into the level at which it stopped, its SLO already broken by the requests that
+    # had finished (None: it ran to the end). Its figures are over those requests.
+    stopped_s: float | None = None
 
     @property
     def rate_rps(self) -> float:
@@ -117,22 +122,30 @@ class LevelRecord:
 
 @dataclass(slots=True)
 class LevelRun:
-    """A measured level with its per-request records."""
+    """A measured level with its per-request records: every request of the level, those a
+    stopped level left unmeasured marked so (loadgen.stop), as they are kept on disk."""
 
     level: LevelRecord
     records: list[RequestRecord] = field(repr=False)
 
+    @property
+    def measured(self) -> list[RequestRecord]:
+        """The records its figures are over: all of them, unless the level stopped early."""
+        return measured_part(self.records)
+
     def run(self) -> Run:
-        return Run(self.level.rate_rps, self.records, self.level.verdict.schedule_ok)
+        return Run(self.level.rate_rps, self.measured, self.level.verdict.schedule_ok)
 
 
 def judge_replay(
     replay: LevelReplay, rate_rps: float, slo: SLO, rules: VerdictRules, wall_s: float
 ) -> LevelRun:
-    """A level's record and verdict from what the target returned."""
+    """A level's record and verdict from what the target returned (over the requests it
+    measured, when it stopped early)."""
     records = list(replay.result.records)
-    report = evaluate(records, slo)
-    served = served_fraction(records)
+    measured = measured_part(records)
+    report = evaluate(measured, slo)
+    served = served_fraction(measured)
     verdict = judge_report(report, rate_rps, served, bool(replay.result.schedule_ok), rules)
     level = LevelRecord(
         verdict=verdict,
@@ -142,6 +155,7 @@ def judge_replay(
         wall_s=wall_s,
         max_loop_lag_s=float(replay.result.max_loop_lag_s),
         server=replay.server,
+        stopped_s=replay.result.stopped_s,
     )
     return LevelRun(level, records)
 
@@ -191,8 +205,11 @@ class Meter:
     # Watches what other processes take of the machine during each level (None: not watched;
     # a simulator in virtual time, or a server elsewhere).
     guard: CpuGuard | None = None
+    # A search level ends once its SLO is already broken (measure/early_stop.py); the levels
+    # that are pooled or read for their figures (confirmation, goodput) always run to the end.
+    stop_failing: bool = True
 
-    async def level(self, rate_rps: float, draw: int = 0) -> LevelRun:
+    async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False) -> LevelRun:
         """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
         it raises `ClientLagError` instead of reporting the server as failing. A level during
@@ -203,8 +220,14 @@ class Meter:
         Draw 0 is the search's: every config meets the same requests at the same times, so
         configs differ by what they do, not by luck. A p99 over one level's requests belongs
         to that draw, though, so a re-measurement takes another (`draw` > 0): other requests,
-        other arrival times."""
+        other arrival times.
+
+        `stop_failing` ends the level as soon as the requests finished break the SLO beyond
+        what the rest could mend: the same verdict, without the drain of a failing level."""
         s = self.settings
+        plan = s.replay
+        if stop_failing and math.isfinite(rate_rps):
+            plan = dataclasses.replace(plan, stop=SloBroken.of(self.slo))
         requests = s.requests_at(self.requests, rate_rps, draw)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
                                   seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip
@@ -212,7 +235,7 @@ class Meter:
         for attempt in range(1, LAG_TRIES + 1):
             mark = self.guard.mark() if self.guard is not None else None
             start_s = self.clock()
-            replay = await self.target.replay(requests, offsets, s.replay)
+            replay = await self.target.replay(requests, offsets, plan)
             wall_s = self.clock() - start_s
             run = judge_replay(replay, rate_rps, self.slo, self.rules, wall_s)
             # A burst (infinite rate) has no schedule to keep: it measures throughput only.
@@ -252,7 +275,7 @@ class Meter:
         while (rate := search.next_rate()) is not None:
             if deadline_s is not None and measured and self.clock() >= deadline_s:
                 return
-            run = await self.level(rate, draw)
+            run = await self.level(rate, draw, self.stop_failing)
             measured += 1
             search.record(rate, run.level.passed)
             yield run

@@ -75,7 +75,9 @@ class StatusSink:
         verdict = "pass" if level.passed else "FAIL"
         term = v.binding
         detail = f", {term.name} {_ms(term.value_s)}" if term else ""
-        if v.served_fraction < 0.995:
+        if level.stopped_s is not None:  # its served share is over the part it measured
+            detail += f", stopped at {level.stopped_s:.0f}s: already over"
+        elif v.served_fraction < 0.995:
             detail += f", served {v.served_fraction:.0%}"
         if level.tries > 1:  # the tries before were lagged, or the machine was not ours
             detail += f", try {level.tries}"

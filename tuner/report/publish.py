@@ -13,6 +13,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
+from loadgen.stop import measured_part
 from tuner.errors import TuneError
 from tuner.report.plots import importance, report_figures
 from tuner.report.recommendation import build_recommendation
@@ -91,8 +92,8 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
         rates = [level.rate_rps for level in default.levels]
         index = rates.index(default.capacity_rps) if default.capacity_rps in rates else 0
         records = files.read_records(files.level_path(default.number, index))
-        if records is not None:
-            files.write_records(files.root / DEFAULT_RECORDS, records)
+        if records is not None:  # a level stopped early: what it measured (all stay beside it)
+            files.write_records(files.root / DEFAULT_RECORDS, measured_part(records))
 
 
 def open_run(run_dir: Path) -> tuple[RunFiles, optuna.Study, StoredReport | None]:

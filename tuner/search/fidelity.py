@@ -201,9 +201,11 @@ async def calibration_level(meter: Meter, space: SearchSpace, capacity_rps: floa
 
 
 def real_levels(view: RunView) -> list[RealLevel]:
-    """Every real level measured so far that kept its schedule."""
+    """Every real level measured so far that kept its schedule, with every request it sent
+    or scheduled: a level stopped early replays whole, since the requests cut short loaded the
+    engine while the measured ones ran (those after the stop change nothing before it)."""
     return [RealLevel(t.knobs, run.rate_rps, run.records)
-            for t in view.finished for run in view.files.search_runs(t)
+            for t in view.finished for run in view.files.search_runs(t, measured_only=False)
             if run.schedule_ok and run.records]  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from engine_lite.costmodel import CostModel, StepFeatures
 from loadgen import RequestRecord
+from loadgen.stop import was_stopped
 from slo import Metric, compute_metrics
 from tuner.measure.meter import Meter
 from tuner.sim.target import SimTarget
@@ -87,20 +88,26 @@ def figures(records: Sequence[RequestRecord]) -> dict[str, float]:
     return out
 
 
-async def simulate_level(sim: SimTarget, meter: Meter, level: RealLevel) -> list[RequestRecord]:
-    """The real level's requests at the real level's send times, on the simulator."""
+async def simulate_level(sim: SimTarget, meter: Meter, level: RealLevel
+                         ) -> list[tuple[RequestRecord, RequestRecord]]:  # fmt: skip
+    """The real level's requests at the real level's send times, on the simulator: each sent
+    request with its simulated twin. A level stopped early (loadgen.stop) replays the requests
+    it sent, those it cut short too: they loaded the engine while the measured ones ran."""
     await sim.apply(level.knobs)
     by_index = {r.index: r for r in meter.requests}
-    start = min(r.scheduled_s for r in level.records)
-    offsets = [r.scheduled_s - start for r in level.records]
-    replay = sim.replay_now([by_index[r.index] for r in level.records], offsets)
-    return replay.result.records
+    sent = [r for r in level.records if math.isfinite(r.sent_s)]
+    start = min(r.scheduled_s for r in sent)
+    offsets = [r.scheduled_s - start for r in sent]
+    replay = sim.replay_now([by_index[r.index] for r in sent], offsets)
+    return list(zip(sent, replay.result.records, strict=True))
 
 
 async def compare(sim: SimTarget, meter: Meter, level: RealLevel) -> dict[str, float]:
-    """Relative error of the simulated level against the real one, per figure."""
-    real = figures(level.records)
-    simulated = figures(await simulate_level(sim, meter, level))
+    """Relative error of the simulated level against the real one, per figure (over the
+    requests the real level measured)."""
+    pairs = [p for p in await simulate_level(sim, meter, level) if not was_stopped(p[0])]
+    real = figures([r for r, _ in pairs])
+    simulated = figures([s for _, s in pairs])
     return {k: _rel(simulated[k], real[k]) for k in real}
 
 
@@ -109,8 +116,7 @@ async def fit_request_overhead(sim: SimTarget, meter: Meter, levels: Sequence[Re
     median gap between real and simulated TTFT (the serving path's fixed cost)."""
     gaps = []
     for level in levels:
-        simulated = await simulate_level(sim, meter, level)
-        for real, sim_rec in zip(level.records, simulated, strict=True):
+        for real, sim_rec in await simulate_level(sim, meter, level):
             if real.success and real.chunk_times_s and sim_rec.chunk_times_s:
                 gaps.append((real.chunk_times_s[0] - real.sent_s)
                             - (sim_rec.chunk_times_s[0] - sim_rec.sent_s))  # fmt: skip

@@ -13,6 +13,7 @@ with the current model, fit every span by non-negative least squares, repeat unt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ import numpy as np
 
 from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, nnls
 from engine_lite.sim import SimEngine, SimRequest, SimTimeline, simulate
+from loadgen import RequestRecord
+from loadgen.stop import was_stopped
 from tuner.sim.calibrate import RealLevel
 from tuner.sim.target import engine_config
 
@@ -101,6 +104,11 @@ def _round(levels: Sequence[RealLevel], shape: SimEngine, model: CostModel) -> _
     return _Round(model, np.array(rows, dtype=float).reshape(-1, width), np.array(seconds))
 
 
+def _length(rec: RequestRecord) -> int:
+    """Output tokens a request ran to, or was to run to when the level cut it short."""
+    return rec.output_tokens if rec.success else rec.output_len
+
+
 def _vector(model: CostModel) -> np.ndarray:
     return np.array([*model.coefficients, model.request_overhead_s])
 
@@ -113,17 +121,22 @@ def _spans(level: RealLevel, shape: SimEngine, model: CostModel
            ) -> tuple[list[list[float]], list[float]]:  # fmt: skip
     """Feature rows (the steps' features summed, then a 1 for the send-to-engine cost) and
     seconds of each request's decode span and time to first token."""
-    recs = [r for r in level.records if r.success and len(r.chunk_times_s) >= 1]
-    if not recs:
+    # A level stopped early (loadgen.stop) cut requests short that loaded the engine while
+    # the measured ones ran: they run in the replay at their full length, and fit nothing.
+    recs = [r for r in level.records if (r.success and len(r.chunk_times_s) >= 1)
+            or (was_stopped(r) and math.isfinite(r.sent_s))]  # fmt: skip
+    if not any(r.success for r in recs):
         return [], []
     t0 = min(r.sent_s for r in recs)
-    sim = [SimRequest(r.sent_s - t0, r.prompt_len, max(1, r.output_tokens)) for r in recs]
+    sim = [SimRequest(r.sent_s - t0, r.prompt_len, max(1, _length(r))) for r in recs]
     steps: list[StepFeatures] = []
     lines = simulate(engine_config(level.knobs), shape, model, sim, step_log=steps)
     cum = np.vstack([np.zeros(len(FEATURE_NAMES)),
                      np.cumsum([f.vector() for f in steps], axis=0)])  # fmt: skip
     rows, ys = [], []
     for rec, line in zip(recs, lines, strict=True):
+        if not rec.success:
+            continue
         if len(line.token_steps) != max(1, rec.output_tokens):
             continue  # cut short by max_model_len: its span is not the real one
         first, last = line.token_steps[0], line.token_steps[-1]

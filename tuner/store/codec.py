@@ -75,7 +75,8 @@ def level_row(level: LevelRecord) -> dict[str, Any]:
         "goodput_rps": level.goodput_rps, "request_throughput_rps": level.request_throughput_rps,
         "wall_s": level.wall_s, "max_loop_lag_s": level.max_loop_lag_s,
         "foreign_cpu_cores": level.foreign_cpu_cores, "steal_share": level.steal_share,
-        "tries": level.tries, "step_pace": level.step_pace, **level.latency.as_dict(),
+        "tries": level.tries, "step_pace": level.step_pace, "stopped_s": level.stopped_s,
+        **level.latency.as_dict(),
     }  # fmt: skip
     for t in v.terms:
         row[f"slo_{t.name}_s"], row[f"slo_{t.name}_margin"] = t.value_s, t.margin_frac
@@ -94,7 +95,7 @@ def level_from_row(row: Mapping[str, Any], slo: SLO, rules: VerdictRules) -> Lev
     latency = LatencyFigures(**{k: number(k) for k in LatencyFigures().as_dict()})
     server = ServerStats(*(row.get(k) for k in _SERVER))
     watched = {k: None if row.get(k) is None else float(row[k])
-               for k in ("foreign_cpu_cores", "steal_share", "step_pace")}  # fmt: skip
+               for k in ("foreign_cpu_cores", "steal_share", "step_pace", "stopped_s")}  # fmt: skip
     return LevelRecord(verdict, number("goodput_rps"), number("request_throughput_rps"), latency,
                        number("wall_s") or 0.0, number("max_loop_lag_s"), server, **watched,
                        tries=int(row.get("tries") or 1))  # fmt: skip

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from loadgen.records import RequestRecord, read_records_jsonl, write_records_jsonl
+from loadgen.stop import measured_part
 from slo import SLO, parse_slo
 from tuner.errors import TuneError
 from tuner.measure.judge import Run
@@ -105,13 +106,16 @@ class RunFiles:
                 out.append(Run(rate, records, row.get("schedule_ok", True)))
         return out
 
-    def search_runs(self, trial: TrialRecord) -> list[Run]:
-        """A trial's search levels whose records are in this folder."""
+    def search_runs(self, trial: TrialRecord, measured_only: bool = True) -> list[Run]:
+        """A trial's search levels whose records are in this folder: what each level measured
+        (a level stopped early once its SLO broke left the rest unmeasured), or with
+        `measured_only=False` every request it scheduled, as the simulator replays a level."""
         out = []
         for i, level in enumerate(trial.levels):
             records = self.read_records(self.level_path(trial.number, i))
             if records is not None:
-                out.append(Run(level.rate_rps, records, level.verdict.schedule_ok))
+                kept = measured_part(records) if measured_only else records
+                out.append(Run(level.rate_rps, kept, level.verdict.schedule_ok))
         return out
 
     def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loadgen import ReplayResult, RequestRecord, RequestSpec
+from loadgen.stop import StopRule
 from tuner.errors import TuneError
 from tuner.targets.knobs import Knobs, KnobSpace
 
@@ -94,6 +95,9 @@ class ReplayPlan:
     timeout_s: float = 120.0
     lag_tolerance_s: float = 0.010  # loadgen's default: p99 loop / send lag allowed
     warmup: int = 0
+    # Ends the level early once the outcome is settled (measure/early_stop.py); a target in
+    # virtual time may ignore it, since a drain costs it nothing.
+    stop: StopRule | None = None
 
 
 class Target(Protocol):

@@ -101,7 +101,7 @@ class BuiltinTarget:
         self._window.reset()
         result = await replay(self._target, list(requests), offsets, warmup=plan.warmup,
                               timeout_s=plan.timeout_s, progress=False,
-                              lag_tolerance_s=plan.lag_tolerance_s)  # fmt: skip
+                              lag_tolerance_s=plan.lag_tolerance_s, stop=plan.stop)  # fmt: skip
         return LevelReplay(result, self._window.stats())
 
     async def close(self) -> None:

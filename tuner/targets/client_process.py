@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen import LoadgenError, ReplayResult, RequestSpec
+from loadgen.stop import StopRule
 from tuner.errors import TuneError
 
 _HEADER = struct.Struct("!Q")
@@ -43,6 +44,7 @@ class ReplayJob:
     warmup: int
     timeout_s: float
     lag_tolerance_s: float
+    stop: StopRule | None = None  # pickled with the job: the rule runs beside the load loop
 
 
 class ClientProcess:
@@ -128,7 +130,7 @@ def _run_job(requests: list[RequestSpec], job: ReplayJob) -> ReplayResult:
     target = HttpTarget(job.url, job.model, endpoint=job.endpoint)
     return asyncio.run(replay(target, requests[: job.count], job.offsets, warmup=job.warmup,
                               timeout_s=job.timeout_s, progress=False,
-                              lag_tolerance_s=job.lag_tolerance_s))  # fmt: skip
+                              lag_tolerance_s=job.lag_tolerance_s, stop=job.stop))  # fmt: skip
 
 
 def main() -> None:

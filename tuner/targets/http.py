@@ -134,7 +134,7 @@ class HttpLevels:
     async def replay(self, requests: Sequence[RequestSpec], offsets: Sequence[float],
                      plan: ReplayPlan) -> LevelReplay:  # fmt: skip
         job = ReplayJob(self.url, self.model, self.endpoint, len(requests), list(offsets),
-                        plan.warmup, plan.timeout_s, plan.lag_tolerance_s)  # fmt: skip
+                        plan.warmup, plan.timeout_s, plan.lag_tolerance_s, plan.stop)  # fmt: skip
         try:
             if self.prometheus is None:  # the server's own /metrics, polled beside the level
                 async with MetricsWatch(self.url) as watch:
