@@ -1,10 +1,13 @@
-"""What stopping failing levels saves: the same capacity searches with and without it.
+"""What stopping failing levels saves: the same levels with and without it, side by side.
 
-On the built-in engine (tiny, `mixed`, tpot_p99=30ms, tune's level size), each config's
-capacity search runs twice in a row, once letting failing levels drain and once stopping them
-as soon as their SLO is already broken, alternating which goes first; `--rounds` times. Prints
-per config the median wall time of each way, their ratio and the capacities each found (the
-verdicts are the same by construction: a search that differs did so by the machine's noise).
+On the built-in engine (tiny, `mixed`, tpot_p99=30ms, tune's level size), the default config
+replays each of a fixed set of rates (from under its capacity to about twice it) twice in a
+row: once letting a failing level drain, once stopping it as soon as its SLO is already
+broken, alternating which goes first; `--rounds` times. A whole capacity search differs
+between runs in the rates it measures and in levels the machine's noise made it measure
+again, so the comparison is per level. Prints per rate the median wall time of each way,
+how often each passed (the verdicts agree by construction, up to the machine's noise) and
+how many of the stopping levels stopped.
 
     .venv/bin/python benchmarks/early_stop.py [--rounds 3] [--json]
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import statistics
 import sys
@@ -24,23 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import LevelSettings, Meter
-from tuner.measure.ratesearch import RateSearchSettings
 from tuner.settings import DEFAULT_LEVEL_S, MIN_REQUESTS_PER_LEVEL
 from tuner.store.records import Mode, rules_for
 from tuner.targets.factory import TargetOptions, open_target
 
 SLO = "tpot_p99=30ms"
-CONFIGS = [{}, {"max_num_batched_tokens": 512, "long_prefill_token_threshold": 128}]
-SEARCH = RateSearchSettings(start_rps=4.0, growth=1.6, rel_tol=0.1, min_rps=0.1)
-
-
-async def search(meter: Meter, stop: bool) -> dict[str, Any]:
-    result = await dataclasses.replace(meter, stop_failing=stop).capacity(SEARCH)
-    return {"wall_s": result.wall_s, "capacity_rps": result.capacity_rps,
-            "levels": len(result.levels),
-            "stopped": sum(r.level.stopped_s is not None for r in result.levels)}  # fmt: skip
+RATES = [4.0, 6.4, 8.0, 10.0, 12.8]
 
 
 async def main_async(rounds: int) -> dict[str, Any]:
@@ -50,24 +42,31 @@ async def main_async(rounds: int) -> dict[str, Any]:
                         vocab_size=facts.vocab_size)  # fmt: skip
     level = LevelSettings(duration_s=DEFAULT_LEVEL_S, min_requests=MIN_REQUESTS_PER_LEVEL)
     meter = Meter(target, wl.requests, parse_slo(SLO), level,
-                  rules_for(Mode.CAPACITY, facts.require_schedule),
-                  guard=CpuGuard.watching(target))  # fmt: skip
-    out = []
+                  rules_for(Mode.CAPACITY, facts.require_schedule))  # fmt: skip
+    runs: dict[float, dict[str, list[dict[str, Any]]]] = {r: {"drain": [], "stop": []}
+                                                          for r in RATES}  # fmt: skip
     try:
-        for knobs in CONFIGS:
-            await target.apply(target.knobs.complete(knobs))
-            runs: dict[str, list[dict[str, Any]]] = {"drain": [], "stop": []}
-            for i in range(rounds):
+        await target.apply(target.knobs.complete({}))
+        for i in range(rounds):
+            for rate in RATES:
                 for stop in (i % 2 == 1, i % 2 == 0):
+                    run = (await meter.level(rate, stop_failing=stop)).level
                     way = "stop" if stop else "drain"
-                    runs[way].append(await search(meter, stop))
-                    print(f"{knobs} {way}: {runs[way][-1]}", file=sys.stderr)
-            med = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
-            out.append({"config": knobs, "median_wall_s": med,
-                        "stop_over_drain": med["stop"] / med["drain"], "runs": runs})  # fmt: skip
+                    runs[rate][way].append({"wall_s": run.wall_s, "passed": run.passed,
+                                            "stopped_s": run.stopped_s})  # fmt: skip
+                    print(f"{rate} {way}: {runs[rate][way][-1]}", file=sys.stderr)
     finally:
         await target.close()
-    return {"slo": SLO, "workload": "mixed", "rounds": rounds, "configs": out}
+    rows = []
+    for rate, ways in runs.items():
+        med = {k: statistics.median(r["wall_s"] for r in v) for k, v in ways.items()}
+        rows.append({"rate_rps": rate, "median_wall_s": med,
+                     "stop_over_drain": med["stop"] / med["drain"],
+                     "passed": {k: sum(r["passed"] for r in v) for k, v in ways.items()},
+                     "stopped": sum(r["stopped_s"] is not None for r in ways["stop"]),
+                     "runs": ways})  # fmt: skip
+    return {"slo": SLO, "workload": "mixed", "config": "default", "rounds": rounds,
+            "levels": rows}  # fmt: skip
 
 
 def main() -> None:
@@ -79,13 +78,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    for row in result["configs"]:
-        caps = {k: [r["capacity_rps"] for r in v] for k, v in row["runs"].items()}
-        med = row["median_wall_s"]
-        print(
-            f"{json.dumps(row['config']):60} drain {med['drain']:5.1f} s, stop "
-            f"{med['stop']:5.1f} s ({row['stop_over_drain']:.2f}x); capacities {caps}"
-        )
+    n = result["rounds"]
+    for row in result["levels"]:
+        med, passed = row["median_wall_s"], row["passed"]
+        print(f"{row['rate_rps']:5.1f} req/s: drain {med['drain']:5.1f} s, "
+              f"stop {med['stop']:5.1f} s "
+              f"({row['stop_over_drain']:.2f}x); passed {passed['drain']}/{n} and "
+              f"{passed['stop']}/{n}; stopped {row['stopped']}/{n}")  # fmt: skip
 
 
 if __name__ == "__main__":

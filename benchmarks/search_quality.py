@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 import math
@@ -101,15 +102,19 @@ class Bench:
         self.start_rps = start_rps
 
     async def capacity(
-        self, knobs: dict[str, Any], start: float | None = None, fine: bool = False
-    ) -> dict:
+        self, knobs: dict[str, Any], start: float | None = None, fine: bool = False,
+        drain: bool = False,
+    ) -> dict:  # fmt: skip
         await self.target.apply(knobs)
         # The search arms use tune's own tolerance; the evaluation brackets finer (5%, climbing
         # by 1.25x from the claimed capacity) so that the judge's resolution is not the 15% step.
         tol, growth = (EVAL_REL_TOL, EVAL_GROWTH) if fine else (DEFAULT_REL_TOL, 2.0)
         search = RateSearchSettings(start_rps=start or self.start_rps, rel_tol=tol, growth=growth,
                                     min_rps=self.start_rps / 8)  # fmt: skip
-        result = await self.meter.capacity(search)
+        # The manual procedure reads why a level failed (the queue or a term), which only a
+        # level run to its end shows; the other arms' levels stop once their SLO is broken.
+        meter = dataclasses.replace(self.meter, stop_failing=False) if drain else self.meter
+        result = await meter.capacity(search)
         levels = [run.level for run in result.levels]
         failing = [lv for lv in levels if not lv.passed]
         first_fail = min(failing, key=lambda lv: lv.rate_rps) if failing else None
@@ -143,7 +148,7 @@ async def run_manual(bench: Bench) -> dict:
     base = bench.target.knobs.defaults
     budget, tried, best, measure_s = TABLE_BUDGET, {}, None, 0.0
     while budget not in tried and GRID_BUDGETS[0] <= budget <= GRID_BUDGETS[-1]:
-        res = await bench.capacity({**base, "max_num_batched_tokens": budget})
+        res = await bench.capacity({**base, "max_num_batched_tokens": budget}, drain=True)
         tried[budget] = res
         measure_s += res["measure_s"]
         if best is not None and res["capacity_rps"] <= best["capacity_rps"]:

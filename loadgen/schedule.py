@@ -99,7 +99,7 @@ async def run_schedule(
             # A loop may wake a little early (uvloop's timers have 1 ms steps): sleep again. A
             # halt is seen at the next wake-up: plain sleeps keep the send times exact.
             while (delay := scheduled_s[i] - time.monotonic()) > 0 and not halt.is_set():
-                await asyncio.sleep(delay)
+                await _sleep(delay, halt if finished is not None else None)
             if halt.is_set():
                 break
             one = _one(target, specs[i], prepared, records[i], timeout_s, counters, finished, halt)
@@ -108,28 +108,49 @@ async def run_schedule(
         if finished is None:
             await asyncio.gather(*tasks)
         else:
-            await _until_halted(tasks, halt)
+            await _until_halted(tasks, halt, monitor)
     finally:
         await monitor.stop()
-    if not halt.is_set():
-        return records, monitor, None
     stopped = time.monotonic()
-    mark_stopped(records, stopped)
+    if not halt.is_set() or not mark_stopped(records, stopped):
+        return records, monitor, None  # stopped at the last request: nothing was cut
     return records, monitor, stopped
 
 
-async def _until_halted(tasks: list[asyncio.Task[None]], halt: asyncio.Event) -> None:
-    """Wait for every task, or cancel those left once `halt` is set."""
+# A wait for the next send longer than this also wakes on a halt (a low rate would otherwise
+# keep a stopped level open until its next arrival); shorter ones are plain sleeps, whose
+# wake-up the send times rest on.
+HALT_AWARE_SLEEP_S = 0.25
+
+
+async def _sleep(delay: float, halt: asyncio.Event | None) -> None:
+    if halt is None or delay < HALT_AWARE_SLEEP_S:
+        await asyncio.sleep(delay)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(halt.wait(), delay - HALT_AWARE_SLEEP_S / 2)
+
+
+async def _until_halted(tasks: list[asyncio.Task[None]], halt: asyncio.Event,
+                        monitor: LoopLagMonitor) -> None:  # fmt: skip
+    """Wait for every task, or cancel those left once `halt` is set. The loop's lag while
+    they unwind measures nothing, so the monitor's samples end at the halt."""
     everything = asyncio.gather(*tasks, return_exceptions=True)
     halted = asyncio.ensure_future(halt.wait())
-    await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
-    halted.cancel()
-    if halt.is_set():
-        for task in tasks:
-            task.cancel()  # a task done already ignores it
-    for outcome in await everything:  # cancellations are expected (not `Exception`s)
-        if isinstance(outcome, Exception):
-            raise outcome
+    try:
+        await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
+        if halt.is_set():
+            for task in tasks:
+                task.cancel()  # a task done already ignores it
+            await monitor.stop()
+        for outcome in await everything:  # cancellations are expected (not `Exception`s)
+            if isinstance(outcome, Exception):
+                raise outcome
+    except BaseException:
+        everything.cancel()  # this replay was cancelled: so are its requests
+        raise
+    finally:
+        halted.cancel()
 
 
 async def _one(

@@ -95,6 +95,9 @@ class Run:
     rate_rps: float
     records: Sequence[Any]
     schedule_ok: bool = True
+    # Stopped early with its SLO already broken (measure/early_stop.py): `records` are what
+    # it measured, and the whole run is known to fail.
+    stopped: bool = False
 
 
 def judge_report(report: SLOReport, rate_rps: float, served: float, schedule_ok: bool,
@@ -182,6 +185,11 @@ def capacity_interval(
     def capacity(draw: bool) -> float:
         judged = []
         for rate, group in groups.items():
+            if any(run.stopped for run, _ in group):
+                # Its few measured requests resampled could miss the violations; the whole
+                # run fails, as every draw of it would.
+                judged.append((rate, False))
+                continue
             parts = [(run, s, s.draw(rng) if draw and len(s) else None) for run, s in group]
             judged.append((rate, _pooled(parts, slo, rules, rate).passed))
         return capacity_envelope(judged)[0]

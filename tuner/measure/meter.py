@@ -134,7 +134,8 @@ class LevelRun:
         return measured_part(self.records)
 
     def run(self) -> Run:
-        return Run(self.level.rate_rps, self.measured, self.level.verdict.schedule_ok)
+        return Run(self.level.rate_rps, self.measured, self.level.verdict.schedule_ok,
+                   self.level.stopped_s is not None)  # fmt: skip
 
 
 def judge_replay(

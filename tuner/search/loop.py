@@ -102,6 +102,8 @@ class ConfirmPlan:
                 rate, wall = row.get("rate_rps"), row.get("wall_s")
                 if rate is None or wall is None or not math.isfinite(float(rate)):
                     continue
+                if row.get("stopped_s") is not None:  # a fraction of a level that runs out
+                    continue
                 spent += float(wall) * int(row.get("tries") or 1)
                 expected += self.meter.expected_level_s(float(rate))
         return min(MAX_COST_FACTOR, max(1.0, spent / expected)) if expected else 1.0

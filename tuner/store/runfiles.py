@@ -115,7 +115,8 @@ class RunFiles:
             records = self.read_records(self.level_path(trial.number, i))
             if records is not None:
                 kept = measured_part(records) if measured_only else records
-                out.append(Run(level.rate_rps, kept, level.verdict.schedule_ok))
+                out.append(Run(level.rate_rps, kept, level.verdict.schedule_ok,
+                               level.stopped_s is not None))  # fmt: skip
         return out
 
     def write_records(self, path: Path, records: Sequence[RequestRecord]) -> None:

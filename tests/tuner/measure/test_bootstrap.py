@@ -112,3 +112,17 @@ def test_served_fraction_is_one_when_keeping_up_and_the_rate_ratio_when_not():
     for r in burst:
         r.scheduled_s = 0.0
     assert served_fraction(burst) == 1.0
+
+
+def test_a_level_stopped_with_its_slo_broken_fails_in_every_resample():
+    # What a stopped level keeps: its first 10 requests, 2 of them far over the 30 ms limit.
+    kept = records(0.010, n=10, seed=4)
+    for r in kept[3], kept[7]:
+        r.chunk_times_s = [r.chunk_times_s[0] + k * 0.080 for k in range(20)]
+    passing = Run(1.0, records(0.010, seed=1))
+    # Resampled, 10 requests often draw neither slow one: read as a whole level, the rate
+    # above would pass in some resamples and lift the interval's top to it.
+    as_whole = capacity_interval([passing, Run(2.0, kept)], SLO, RULES, n_boot=400)
+    assert as_whole.point == 1.0 and as_whole.high == 2.0
+    stopped = capacity_interval([passing, Run(2.0, kept, stopped=True)], SLO, RULES, n_boot=400)
+    assert stopped.point == 1.0 and stopped.high == 1.0

@@ -4,6 +4,7 @@ the verdict it would have had."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -34,7 +35,7 @@ def record(i: int, tpot_s: float | None, ok: bool = True, tokens: int = 11) -> R
 def test_the_count_asked_for_breaks_numpys_percentile_and_the_count_grows_with_n():
     for q in (50.0, 90.0, 99.0, 99.9):
         needed = [over_needed(n, q) for n in range(1, 600)]
-        assert all(b - a in (0, 1) for a, b in zip(needed, needed[1:], strict=False))
+        assert all(b - a in (0, 1) for a, b in itertools.pairwise(needed))
         for n, m in zip(range(1, 600), needed, strict=True):
             assert np.percentile([0.030] * (n - m) + [0.031] * m, q) > 0.030
 
