@@ -87,11 +87,21 @@ class CpuShare:
         return " and ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How a wait for a quiet machine ended: after how long, and whether it found one."""
+
+    waited_s: float
+    quiet: bool
+
+
 class CpuGuard:
     """Marks the CPU counters before a level and reads what others used since."""
 
-    def __init__(self, root_pid: int | None = None, pace: StepPace | None = None) -> None:
+    def __init__(self, root_pid: int | None = None, pace: StepPace | None = None,
+                 settle_max_s: float = SETTLE_MAX_S) -> None:  # fmt: skip
         self.root = root_pid or os.getpid()
+        self.settle_max_s = settle_max_s
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.cores = os.cpu_count() or 1
         self.pace = pace
@@ -129,19 +139,18 @@ class CpuGuard:
         for f in self._followers:
             f.level_rejected()
 
-    async def settle(self, max_wait_s: float = SETTLE_MAX_S,
-                     window_s: float = SETTLE_WINDOW_S) -> float:  # fmt: skip
+    async def settle(self, window_s: float = SETTLE_WINDOW_S) -> Settled:
         """Wait until a window shows the machine quiet (others and the hypervisor within a
-        level's limits), or `max_wait_s` passed; returns the seconds waited. A level slowed
-        only in its steps' pace (what `/proc` does not see) finds the first window quiet."""
+        level's limits), or `settle_max_s` passed. A level slowed only in its steps' pace
+        (what `/proc` does not see) finds the first window quiet."""
         started = time.monotonic()
-        while time.monotonic() - started < max_wait_s:
+        while time.monotonic() - started < self.settle_max_s:
             before = self._counters()
             await asyncio.sleep(window_s)
             share = self._share(before, self._counters(), None)
             if share is not None and not share.contended:
-                break
-        return time.monotonic() - started
+                return Settled(time.monotonic() - started, quiet=True)
+        return Settled(time.monotonic() - started, quiet=False)
 
     def _counters(self) -> CpuMark:
         busy, steal = _machine_ticks()

@@ -135,23 +135,41 @@ async def test_a_quiet_level_is_measured_once(sim_target):
 
 
 async def test_a_retry_waits_for_another_programs_work_to_end():
-    guard = CpuGuard()
+    guard = CpuGuard(settle_max_s=20.0)
     pid = start_foreign_spinner()
     # The other program runs for 3 s more: the guard waits it out, then goes on at once.
     killer = asyncio.get_running_loop().call_later(3.0, stop, pid)
     try:
-        waited = await guard.settle(max_wait_s=20.0)
+        settled = await guard.settle()
     finally:
         killer.cancel()
         stop(pid)
-    assert 3.0 <= waited < 20.0, waited
+    assert settled.quiet and 3.0 <= settled.waited_s < 20.0, settled
 
 
 async def test_a_machine_that_stays_busy_is_waited_on_no_longer_than_the_limit():
-    guard = CpuGuard()
+    guard = CpuGuard(settle_max_s=3.0)
     pid = start_foreign_spinner()
     try:
-        waited = await guard.settle(max_wait_s=3.0)
+        settled = await guard.settle()
     finally:
         stop(pid)
-    assert waited >= 3.0
+    assert not settled.quiet and settled.waited_s >= 3.0
+
+
+async def test_a_level_whose_machine_stayed_busy_through_the_wait_is_not_tried_again(
+    sim_target,
+):
+    pid = start_foreign_spinner()  # busy through every try and every wait
+    try:
+        target = SlowReplay(sim_target, lambda n: None)
+        await target.apply({})
+        meter = slow_meter(target)
+        meter.guard = CpuGuard(settle_max_s=2.0)
+        run = await meter.level(4.0)
+    finally:
+        stop(pid)
+    # No quiet window in the whole wait: another try would land in the same stretch, so the
+    # one try is kept, with what others used during it.
+    assert target.replays == 1 and run.level.tries == 1
+    assert run.level.foreign_cpu_cores > FOREIGN_CORES
