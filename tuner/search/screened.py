@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
+from optuna.trial import TrialState
 
 from tuner.measure.meter import Meter
 from tuner.report.live import StatusSink
@@ -129,6 +130,8 @@ async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: 
     view = RunView.read(run.files, run.study)
     if len(view.finished) >= run.settings.trials:
         return False  # --trials counts verified configs too
+    if any(t.state is TrialState.WAITING for t in view.trials):
+        return False  # the last queued config did not fit in the time left
     best = max((t.capacity_rps or 0.0 for t in view.finished), default=0.0)
     start = best or attrs.start_rate(run.study) or 1.0
     display.set_phase("screening the space in virtual time")
