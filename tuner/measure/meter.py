@@ -206,8 +206,10 @@ class Meter:
     # Watches what other processes take of the machine during each level (None: not watched;
     # a simulator in virtual time, or a server elsewhere).
     guard: CpuGuard | None = None
-    # A search level ends once its SLO is already broken (measure/early_stop.py); the levels
-    # that are pooled or read for their figures (confirmation, goodput) always run to the end.
+    # A search level ends once its SLO is already broken (measure/early_stop.py), and so does
+    # a searched config's re-measurement (search/confirm.py); the levels that are pooled or
+    # read for their figures (references, the same-traffic check, goodput) run to the end.
+    # False: nothing stops early.
     stop_failing: bool = True
 
     async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False) -> LevelRun:

@@ -56,6 +56,7 @@ class Confirmer:
             return search_candidate(trial, rate)
         runs = self.files.search_runs(trial)
         measured = 0
+        stop = self.meter.stop_failing and stops_failing_draws(trial, self.mode)
 
         async def measure(at_rps: float) -> bool:
             nonlocal measured
@@ -64,7 +65,8 @@ class Confirmer:
             if measured == 0:
                 await self.meter.target.apply(trial.knobs)
             measured += 1
-            run = await self.meter.level(at_rps, draw=measured)  # not the search's draw
+            # Not the search's draw; a searched config's draw stops once it misses alone.
+            run = await self.meter.level(at_rps, draw=measured, stop_failing=stop)
             self.files.write_confirm_run(trial.number, measured, run)
             runs.append(run.run())
             return True
@@ -78,7 +80,8 @@ class Confirmer:
         elsewhere = sum(lv.rate_rps == rate for lv in trial.levels) - sum(
             run.rate_rps == rate for run in runs)  # fmt: skip
         for _ in range(repeats + max(0, elsewhere)):
-            await measure(rate)
+            if any(r.stopped for r in runs if r.rate_rps == rate) or not await measure(rate):
+                break  # a draw that missed alone already fails the rate: step down instead
         if not any(run.rate_rps == rate for run in runs):
             return search_candidate(trial, rate)
         cand, probe = candidate(), rate
@@ -87,6 +90,15 @@ class Confirmer:
                 break
             cand = candidate()
         return cand
+
+
+def stops_failing_draws(trial: TrialRecord, mode: Mode) -> bool:
+    """Whether a re-measurement of this trial may stop once its SLO is already broken on that
+    draw alone (measure/early_stop.py). A searched config's rate clears only if each draw
+    passes alone, so such a draw fails the rate whatever the rest would show. A reference's
+    capacity pools its draws (and the same-traffic check's), where one draw's partial records
+    would weigh wrongly, and --rate mode reads every figure: those run to the end."""
+    return mode is Mode.CAPACITY and not trial.role.is_reference
 
 
 def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> float:

@@ -103,7 +103,9 @@ class RunFiles:
                 # The file name rounds the rate; the figures beside it hold it exactly, as the
                 # confirmation's verdicts (matched against it) do.
                 rate = float(row.get("rate_rps", match.group(1)))
-                out.append(Run(rate, records, row.get("schedule_ok", True)))
+                stopped = row.get("stopped_s") is not None  # what it measured, and it failed
+                out.append(Run(rate, measured_part(records), row.get("schedule_ok", True),
+                               stopped))  # fmt: skip
         return out
 
     def search_runs(self, trial: TrialRecord, measured_only: bool = True) -> list[Run]:

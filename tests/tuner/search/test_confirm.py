@@ -5,7 +5,7 @@ from optuna.trial import TrialState
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelSettings, Meter
 from tuner.search.confirm import Confirmer, choose
 from tuner.store.records import Candidate, Mode, Role, TrialRecord, rules_for
 from tuner.store.runfiles import RunFiles
@@ -61,3 +61,42 @@ def test_the_best_is_confirmed_first_and_a_config_that_cannot_beat_it_is_not_mea
     # goodput at one rate, which a step down does not bound.
     assert not cannot_win(default, [confirmed(a, 11.0)], Mode.CAPACITY)
     assert not cannot_win(b, [confirmed(a, 11.0)], Mode.GOODPUT)
+
+
+async def test_a_searched_configs_draw_that_misses_alone_stops_and_the_rate_steps_down(tmp_path):
+    """A searched config must pass on each draw alone, so a re-measurement stops once its SLO
+    is already broken, its other repeat at that rate is skipped, and the rate steps down. The
+    cut requests stay on disk as records; the run reads back as stopped and measured-only."""
+    from loadgen.stop import was_stopped
+    from tuner.search.confirm import stops_failing_draws
+
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    facts = target.facts
+    wl = build_workload("mixed", num_requests=120, seed=0, max_model_len=facts.max_model_len,
+                        vocab_size=facts.vocab_size)  # fmt: skip
+    # A lucky search's 30 req/s: about four times what the default serves here.
+    trial = TrialRecord(0, TrialState.COMPLETE, Role.SEARCH, target.knobs.defaults, value=30.0,
+                        capacity_rps=30.0)  # fmt: skip
+    meter = Meter(target, wl.requests, parse_slo("tpot_p99=30ms"),
+                  LevelSettings(duration_s=4.0, min_requests=20),
+                  rules_for(Mode.CAPACITY, require_schedule=False))  # fmt: skip
+    files = RunFiles(tmp_path)
+    confirmer = Confirmer(meter, files, Mode.CAPACITY, step_factor=30.0, max_steps_down=1)
+    try:
+        cand = await confirmer.confirm(trial, repeats=2)
+    finally:
+        await target.close()
+    runs = files.confirm_runs(0)
+    # One draw at 30 req/s, not two: it missed alone, so the rate failed; then 1 req/s.
+    assert [run.rate_rps for run in runs] == [30.0, 1.0] and cand.repeats == 2
+    first = runs[0]
+    assert first.stopped and not runs[1].stopped
+    on_disk = files.read_records(files.confirm_path(0, 1, 30.0))
+    cut = [r for r in on_disk if was_stopped(r)]
+    assert cut and len(first.records) == len(on_disk) - len(cut)
+    assert cand.confirmed_rps != 30.0
+    # References pool their draws and the same-traffic check's: they run to the end.
+    default = TrialRecord(1, TrialState.COMPLETE, Role.DEFAULT, target.knobs.defaults)
+    assert stops_failing_draws(trial, Mode.CAPACITY)
+    assert not stops_failing_draws(default, Mode.CAPACITY)
+    assert not stops_failing_draws(trial, Mode.GOODPUT)
