@@ -255,7 +255,9 @@ async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candi
         level_s = run.meter.expected_level_s(s.rate_rps or frozen[trial.number].value or 1.0)
         deadline = budget.level_deadline_s(level_s)
         rivals = [] if s.robust else out  # --robust may choose a config that cannot win here
-        out.append(await confirmer.confirm(trial, s.repeats, deadline, rivals))
+        # Where the same-traffic check may measure the default: any rate a config cleared at.
+        kept = [c.verdict.rate_rps for c in out if c.clears]
+        out.append(await confirmer.confirm(trial, s.repeats, deadline, rivals, kept))
     return out
 
 

@@ -1,6 +1,7 @@
-"""Stop a search level once its SLO is already broken: no later request can mend a percentile
-that the finished ones alone put over its limit, so draining the rest only costs time (on a
-failing level, most of it: the queue it built). Sent to the load loop as a `loadgen.StopRule`.
+"""Stop a level once its SLO is already broken: no later request can mend a percentile that
+the finished ones (with the runs it is pooled with, if any) put over its limit, so draining
+the rest only costs time (on a failing level, most of it: the queue it built). Sent to the
+load loop as a `loadgen.StopRule`.
 
 Only what is certain stops a level, so its verdict is the one the whole level would get: a
 percentile term of a per-request metric (TTFT, TPOT, E2EL) whose finished samples above the
@@ -35,38 +36,54 @@ class SloBroken:
     """The stop rule: (metric, percentile, limit in seconds) for each term it can decide."""
 
     terms: tuple[tuple[Metric, float, float], ...]
+    # Per term, (samples, over the limit) of the runs this level is pooled with: the verdict
+    # judged is the pooled one (a reference's draws at one rate), none for a level alone.
+    prior: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, slo: SLO) -> SloBroken | None:
+    def of(cls, slo: SLO, pooled_with: Sequence[RequestRecord] = ()) -> SloBroken | None:
         terms = tuple((t.metric, t.stat.percentile, t.limit_s) for t in slo.terms
                       if t.metric in _PER_REQUEST and t.stat.percentile is not None)  # fmt: skip
-        return cls(terms) if terms else None
+        if not terms:
+            return None
+        watch = _Watch(terms, 0)
+        for record in pooled_with:
+            watch.count(record)
+        return cls(terms, tuple(zip(watch.samples, watch.over, strict=True)))
 
     def watch(self, records: Sequence[RequestRecord]) -> Finished | None:
         measured = sum(not r.warmup for r in records)
-        return _Watch(self.terms, measured).finished if measured else None
+        return _Watch(self.terms, measured, self.prior).finished if measured else None
 
 
 class _Watch:
     """One level's counts: finished requests, and per term its samples and those over."""
 
-    def __init__(self, terms: tuple[tuple[Metric, float, float], ...], measured: int) -> None:
+    def __init__(self, terms: tuple[tuple[Metric, float, float], ...], measured: int,
+                 prior: tuple[tuple[int, int], ...] = ()) -> None:  # fmt: skip
         self.terms = terms
         self.unfinished = measured
-        self.samples = [0] * len(terms)
-        self.over = [0] * len(terms)
+        self.samples = [n for n, _ in prior] or [0] * len(terms)
+        self.over = [o for _, o in prior] or [0] * len(terms)
+
+    def count(self, record: RequestRecord) -> None:
+        """Add a finished request's samples (a warm-up request counts in no figure)."""
+        if record.warmup:
+            return
+        lat = request_latency(record)
+        for i, (metric, _, limit_s) in enumerate(self.terms):
+            value = _value(lat, metric) if lat.ok else None
+            if value is not None:
+                self.samples[i] += 1
+                self.over[i] += value > limit_s
 
     def finished(self, record: RequestRecord) -> bool:
         if record.warmup:
             return False
         self.unfinished -= 1
-        lat = request_latency(record)
+        self.count(record)
         broken = False
-        for i, (metric, q, limit_s) in enumerate(self.terms):
-            value = _value(lat, metric) if lat.ok else None
-            if value is not None:
-                self.samples[i] += 1
-                self.over[i] += value > limit_s
+        for i, (_, q, _) in enumerate(self.terms):
             # over_needed grows with n, so the most samples the level can still end with
             # (each unfinished request adding at most one) asks the most.
             most = self.samples[i] + self.unfinished

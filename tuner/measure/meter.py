@@ -212,7 +212,8 @@ class Meter:
     # False: nothing stops early.
     stop_failing: bool = True
 
-    async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False) -> LevelRun:
+    async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False,
+                    pooled_with: Sequence[RequestRecord] = ()) -> LevelRun:  # fmt: skip
         """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
         it raises `ClientLagError` instead of reporting the server as failing. A level during
@@ -226,11 +227,12 @@ class Meter:
         other arrival times.
 
         `stop_failing` ends the level as soon as the requests finished break the SLO beyond
-        what the rest could mend: the same verdict, without the drain of a failing level."""
+        what the rest could mend: the same verdict, without the drain of a failing level;
+        judged pooled with the records `pooled_with` (earlier runs at this rate) when given."""
         s = self.settings
         plan = s.replay
         if stop_failing and math.isfinite(rate_rps):
-            plan = dataclasses.replace(plan, stop=SloBroken.of(self.slo))
+            plan = dataclasses.replace(plan, stop=SloBroken.of(self.slo, pooled_with))
         requests = s.requests_at(self.requests, rate_rps, draw)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
                                   seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip

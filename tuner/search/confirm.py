@@ -8,7 +8,7 @@ question: at that traffic, would the default have met the SLO?
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,31 +42,34 @@ class Confirmer:
 
     async def confirm(
         self, trial: TrialRecord, repeats: int, deadline_s: float | None = None,
-        rivals: Sequence[Candidate] = (),
+        rivals: Sequence[Candidate] = (), kept_rates: Collection[float] = (),
     ) -> Candidate:  # fmt: skip
         """Repeat the trial's capacity (or --rate) level and build its intervals.
 
         A capacity sits where the SLO only just held, so a repeat there fails about half the
         time; then the rate steps down by the search's tolerance (at most `max_steps_down`
         times) until the pooled intervals clear, rather than calling the config unusable. A
-        config that cannot beat one of the `rivals` confirmed already is not measured.
+        config that cannot beat one of the `rivals` confirmed already is not measured. A draw
+        whose SLO is already broken stops (`stop_pool`); a reference's never does at
+        `kept_rates`, where the same-traffic check may pool more draws of it.
         """
         rate = candidate_rate(trial, self.mode, self.rate_rps)
         if cannot_win(trial, rivals, self.mode):
             return search_candidate(trial, rate)
         runs = self.files.search_runs(trial)
         measured = 0
-        stop = self.meter.stop_failing and stops_failing_draws(trial, self.mode)
 
-        async def measure(at_rps: float) -> bool:
+        async def measure(at_rps: float, last: bool = True) -> bool:
             nonlocal measured
             if repeats == 0 or (deadline_s is not None and self.meter.clock() >= deadline_s):
                 return False
             if measured == 0:
                 await self.meter.target.apply(trial.knobs)
             measured += 1
-            # Not the search's draw; a searched config's draw stops once it misses alone.
-            run = await self.meter.level(at_rps, draw=measured, stop_failing=stop)
+            pool = stop_pool(trial, self.mode, runs, at_rps, last, kept_rates)
+            stop = self.meter.stop_failing and pool is not None
+            run = await self.meter.level(at_rps, draw=measured,  # not the search's draw
+                                         stop_failing=stop, pooled_with=pool or ())  # fmt: skip
             self.files.write_confirm_run(trial.number, measured, run)
             runs.append(run.run())
             return True
@@ -79,9 +82,12 @@ class Confirmer:
         # measured here as often as it was there at this rate, so every candidate pools as many.
         elsewhere = sum(lv.rate_rps == rate for lv in trial.levels) - sum(
             run.rate_rps == rate for run in runs)  # fmt: skip
-        for _ in range(repeats + max(0, elsewhere)):
-            if any(r.stopped for r in runs if r.rate_rps == rate) or not await measure(rate):
+        draws = repeats + max(0, elsewhere)
+        for i in range(draws):
+            if any(r.stopped for r in runs if r.rate_rps == rate):
                 break  # a draw that missed alone already fails the rate: step down instead
+            if not await measure(rate, last=i == draws - 1):
+                break
         if not any(run.rate_rps == rate for run in runs):
             return search_candidate(trial, rate)
         cand, probe = candidate(), rate
@@ -92,13 +98,25 @@ class Confirmer:
         return cand
 
 
-def stops_failing_draws(trial: TrialRecord, mode: Mode) -> bool:
-    """Whether a re-measurement of this trial may stop once its SLO is already broken on that
-    draw alone (measure/early_stop.py). A searched config's rate clears only if each draw
-    passes alone, so such a draw fails the rate whatever the rest would show. A reference's
-    capacity pools its draws (and the same-traffic check's), where one draw's partial records
-    would weigh wrongly, and --rate mode reads every figure: those run to the end."""
-    return mode is Mode.CAPACITY and not trial.role.is_reference
+def stop_pool(trial: TrialRecord, mode: Mode, runs: Sequence[Run], rate: float, last: bool,
+              kept_rates: Collection[float] = ()) -> list[Any] | None:  # fmt: skip
+    """What a re-measurement at `rate` is judged with when it stops once its SLO is already
+    broken (measure/early_stop.py): [] for a draw alone, the earlier runs' records at that rate
+    for a pooled verdict, None when it runs to the end.
+
+    A searched config's rate clears only if each draw passes alone, so a draw that misses alone
+    fails it. A reference's capacity is judged on its runs at a rate pooled, so its draw stops
+    only once the pool is certainly over, and only if nothing will join that pool later: the
+    last draw planned at the rate, and not a rate in `kept_rates` (where the same-traffic check
+    may add draws of the default; a pool cut short there could understate the default, and so
+    overstate every ratio over it). --rate mode reads every figure: nothing stops."""
+    if mode is not Mode.CAPACITY:
+        return None
+    if not trial.role.is_reference:
+        return []
+    if not last or rate in kept_rates:
+        return None
+    return [r for run in runs if run.rate_rps == rate for r in run.records]
 
 
 def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> float:

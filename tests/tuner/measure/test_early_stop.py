@@ -14,6 +14,7 @@ from engine_lite import EngineConfig
 from loadgen import RequestRecord, build_workload
 from loadgen.stop import was_stopped
 from slo import evaluate, parse_slo
+from slo.requests import request_latency
 from tuner.measure.early_stop import SloBroken, over_needed
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.verdict import Failure, VerdictRules
@@ -40,28 +41,53 @@ def test_the_count_asked_for_breaks_numpys_percentile_and_the_count_grows_with_n
             assert np.percentile([0.030] * (n - m) + [0.031] * m, q) > 0.030
 
 
-@pytest.mark.parametrize("seed", range(40))
+def draw_records(rng: random.Random, n: int, share: float, first: int = 0) -> list:
+    """n finished requests, `share` of them far over a 30 ms TPOT, a few failed."""
+    tpots = [rng.uniform(0.040, 0.2) if rng.random() < share else rng.uniform(0.005, 0.030)
+             for _ in range(n)]  # fmt: skip
+    return [record(first + i, t, ok=rng.random() > 0.02) for i, t in enumerate(tpots)]
+
+
+@pytest.mark.parametrize("seed", range(60))
 def test_a_level_is_stopped_only_when_no_completion_of_it_could_pass(seed):
+    """Alone, or pooled with earlier runs at its rate (a reference's draws): the verdict
+    judged is the pooled one, and a stop means no completion of the level could pass it."""
     rng = random.Random(seed)
     n = rng.choice([20, 48, 160, 320])
     slo = parse_slo(rng.choice(["tpot_p99=30ms", "tpot_p90=30ms", "tpot_p50=30ms"]))
     share = rng.choice([0.0, 0.01, 0.03, 0.2])  # of requests far over the limit
-    tpots = [rng.uniform(0.040, 0.2) if rng.random() < share else rng.uniform(0.005, 0.030)
-             for _ in range(n)]  # fmt: skip
-    recs = [record(i, t, ok=rng.random() > 0.02) for i, t in enumerate(tpots)]
-    watch = SloBroken.of(slo).watch(recs)
+    prior = draw_records(rng, rng.choice([0, 0, 80, 320]), rng.choice([0.0, 0.01, 0.05]), 10**4)
+    recs = draw_records(rng, n, share)
+    watch = SloBroken.of(slo, prior).watch(recs)
     order = rng.sample(range(n), n)
     for k, i in enumerate(order, 1):
         if watch(recs[i]):
-            done = [recs[j] for j in order[:k]]
+            done = prior + [recs[j] for j in order[:k]]
             # The best the rest could do: every request still to come at 0 ms.
             best = done + [record(j, 0.0) for j in order[k:]]
             assert not evaluate(best, slo).met
             assert not evaluate(done, slo).met  # the figures it keeps show it too
             return
-    # Never stopped: the level passed, or failed by too little to show before its end (a
-    # fifth of requests far over a p90 or p99 always shows).
-    assert evaluate(recs, slo).met or share < 0.2 or "p50" in str(slo)
+    # Never stopped: then not even the whole pool has the count that settles it (it passed,
+    # or failed only by interpolating towards a sample above the limit).
+    q = slo.terms[0].stat.percentile
+    tpots = [lat.tpot_s for lat in map(request_latency, prior + recs) if lat.ok]
+    assert sum(t > 0.030 for t in tpots) < over_needed(len(tpots), q)
+
+
+def test_a_pool_of_clean_earlier_runs_holds_back_a_stop_the_level_alone_would_make():
+    # 2 of 20 over the limit break a p99 of 20; pooled with 300 clean requests they do not
+    # (5 of 320 are needed), so a reference's draw runs on.
+    recs = [record(i, 0.050 if i < 2 else 0.010) for i in range(20)]
+    clean = [record(100 + i, 0.010) for i in range(300)]
+    slo = parse_slo("tpot_p99=30ms")
+    alone, pooled = SloBroken.of(slo).watch(recs), SloBroken.of(slo, clean).watch(recs)
+    assert [k for k, r in enumerate(recs, 1) if alone(r)][:1] == [2]
+    assert not any(pooled(r) for r in recs)
+    # Earlier runs already over make the pool break sooner: 4 over of 300 plus 1 of 20.
+    dirty = [record(100 + i, 0.050 if i < 4 else 0.010) for i in range(300)]
+    early = SloBroken.of(slo, dirty).watch(recs)
+    assert [k for k, r in enumerate(recs, 1) if early(r)][:1] == [1]
 
 
 def test_it_stops_at_the_first_finished_request_that_settles_the_p99():

@@ -68,7 +68,6 @@ async def test_a_searched_configs_draw_that_misses_alone_stops_and_the_rate_step
     is already broken, its other repeat at that rate is skipped, and the rate steps down. The
     cut requests stay on disk as records; the run reads back as stopped and measured-only."""
     from loadgen.stop import was_stopped
-    from tuner.search.confirm import stops_failing_draws
 
     target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
     facts = target.facts
@@ -95,8 +94,21 @@ async def test_a_searched_configs_draw_that_misses_alone_stops_and_the_rate_step
     cut = [r for r in on_disk if was_stopped(r)]
     assert cut and len(first.records) == len(on_disk) - len(cut)
     assert cand.confirmed_rps != 30.0
-    # References pool their draws and the same-traffic check's: they run to the end.
-    default = TrialRecord(1, TrialState.COMPLETE, Role.DEFAULT, target.knobs.defaults)
-    assert stops_failing_draws(trial, Mode.CAPACITY)
-    assert not stops_failing_draws(default, Mode.CAPACITY)
-    assert not stops_failing_draws(trial, Mode.GOODPUT)
+
+
+def test_a_references_draw_stops_only_on_its_pool_and_only_when_nothing_joins_it_later():
+    from tuner.measure.judge import Run
+    from tuner.search.confirm import stop_pool
+
+    knobs = {"max_num_batched_tokens": 2048}
+    searched = TrialRecord(0, TrialState.COMPLETE, Role.SEARCH, knobs)
+    default = TrialRecord(1, TrialState.COMPLETE, Role.DEFAULT, knobs)
+    earlier = [Run(9.0, ["a", "b"]), Run(7.8, ["c"])]
+    # A searched config's draw must pass alone: it stops on its own records.
+    assert stop_pool(searched, Mode.CAPACITY, earlier, 9.0, last=False) == []
+    # The default's pools with its earlier runs at that rate, on the last draw planned there.
+    assert stop_pool(default, Mode.CAPACITY, earlier, 9.0, last=True) == ["a", "b"]
+    assert stop_pool(default, Mode.CAPACITY, earlier, 9.0, last=False) is None
+    # Where the same-traffic check may add draws of it, it runs to the end.
+    assert stop_pool(default, Mode.CAPACITY, earlier, 9.0, True, kept_rates=[9.0]) is None
+    assert stop_pool(searched, Mode.GOODPUT, earlier, 9.0, last=True) is None  # figures read
