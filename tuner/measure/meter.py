@@ -226,11 +226,10 @@ class Meter:
         to that draw, though, so a re-measurement takes another (`draw` > 0): other requests,
         other arrival times.
 
-        `stop_failing` ends the level as soon as the requests finished break the SLO beyond
-        what the rest could mend: the same verdict, without the drain of a failing level;
-        judged pooled with the records `pooled_with` (earlier runs at this rate) when given."""
-        s = self.settings
-        plan = s.replay
+        `stop_failing` ends the level once the requests finished (pooled with `pooled_with`,
+        earlier runs at this rate) break the SLO beyond what the rest could mend: the same
+        verdict, without the drain of a failing level."""
+        s, plan = self.settings, self.settings.replay
         if stop_failing and math.isfinite(rate_rps):
             plan = dataclasses.replace(plan, stop=SloBroken.of(self.slo, pooled_with))
         requests = s.requests_at(self.requests, rate_rps, draw)
