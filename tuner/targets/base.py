@@ -63,6 +63,9 @@ class ServerStats:
     waiting_max: int | None = None  # the longest waiting queue: the server fell behind
     tokens_per_step_mean: float | None = None  # vLLM's iteration_tokens over the level
     steps: int | None = None
+    # After a level stopped early: requests the server still ran or queued once the wait for
+    # it to drop the cut ones ended (0: it did; None: not stopped, or the server did not say).
+    left_running: int | None = None
 
     def describe(self) -> str:
         """The server side of a level in words, or '' when it said nothing."""
@@ -77,6 +80,10 @@ class ServerStats:
             parts.append(f"KV cache {self.kv_cache_usage_max:.0%} full")
         if self.tokens_per_step_mean is not None:
             parts.append(f"{self.tokens_per_step_mean:.0f} tokens per step")
+        if self.left_running:
+            parts.append(f"{self.left_running} requests still held after the level stopped: "
+                         "the server keeps requests whose client left, so the next level "
+                         "shares it with them")  # fmt: skip
         return ", ".join(parts)
 
 

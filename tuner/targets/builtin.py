@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,7 +105,20 @@ class BuiltinTarget:
         result = await replay(self._target, list(requests), offsets, warmup=plan.warmup,
                               timeout_s=plan.timeout_s, progress=False,
                               lag_tolerance_s=plan.lag_tolerance_s, stop=plan.stop)  # fmt: skip
-        return LevelReplay(result, self._window.stats())
+        stats = self._window.stats()
+        if result.stopped_s is not None:  # the cut requests should be aborted by now
+            stats = dataclasses.replace(stats, left_running=await self._left_running())
+        return LevelReplay(result, stats)
+
+    async def _left_running(self, timeout_s: float = 5.0) -> int:
+        """Requests the engine still runs or queues, once it has none or `timeout_s` passed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            stats = self.engine.stats()
+            left = stats.num_running + stats.num_waiting
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+            await asyncio.sleep(0.05)
 
     async def close(self) -> None:
         if self._started:

@@ -4,6 +4,7 @@ and `--prometheus-url`: the server's preemptions and KV-cache usage over each lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from tuner.targets.builtin import engine_defaults
 from tuner.targets.client_process import ClientProcess, ReplayJob
 from tuner.targets.knobs import KNOBS, Knobs, KnobSpace
 from tuner.targets.launch import LaunchedServer, LaunchSpec
-from tuner.targets.scrape import MetricsWatch
+from tuner.targets.scrape import MetricsWatch, wait_idle
 
 # vLLM's KV block size (CacheConfig.block_size): what budgets round to on a server we cannot ask.
 VLLM_BLOCK_SIZE = 16
@@ -146,9 +147,11 @@ class HttpLevels:
             raise self.lost(str(exc), []) from None
         if (gone := await self.gone(result.records)) is not None:
             raise self.lost(gone, result.records)
-        if self.prometheus is None:
-            return LevelReplay(result, watch.stats())
-        return LevelReplay(result, await self.prometheus.end(span_s(result)))
+        stats = watch.stats() if self.prometheus is None else await self.prometheus.end(
+            span_s(result))  # fmt: skip
+        if result.stopped_s is not None:  # the cut requests should leave with their clients
+            stats = dataclasses.replace(stats, left_running=await wait_idle(self.url))
+        return LevelReplay(result, stats)
 
     async def gone(self, records: Sequence[RequestRecord]) -> str | None:
         """Why the server is no longer there after a level, or None when it still answers.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -25,6 +26,8 @@ STEP_TOKENS_SUM = "vllm:iteration_tokens_total_sum"
 STEP_TOKENS_COUNT = "vllm:iteration_tokens_total_count"
 WATCHED = (RUNNING, WAITING, KV_USAGE, PREEMPTIONS, STEP_TOKENS_SUM, STEP_TOKENS_COUNT)
 POLL_S = 1.0
+# How long a server may take to drop the requests of a level that stopped early.
+IDLE_WAIT_S = 15.0
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -121,3 +124,22 @@ class MetricsWatch:
                         self._samples.add(sample)
         except (aiohttp.ClientError, TimeoutError, OSError):
             pass
+
+
+async def wait_idle(url: str, timeout_s: float = IDLE_WAIT_S, poll_s: float = 0.2) -> int | None:
+    """Poll the server's /metrics until it runs and queues no request, for at most `timeout_s`:
+    after a level stopped early, the requests it cut should be gone before the next level.
+    The requests still there when the wait ended (0: none), or None when /metrics says nothing."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        while True:
+            sample: dict[str, float] = {}
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+                async with session.get(url.rstrip("/") + "/metrics") as resp:
+                    sample = parse_metrics(await resp.text()) if resp.status == 200 else {}
+            if RUNNING not in sample or WAITING not in sample:
+                return None  # no /metrics of vLLM's names: nothing to wait on
+            left = round(sample[RUNNING] + sample[WAITING])
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+            await asyncio.sleep(poll_s)

@@ -133,3 +133,5 @@ async def test_an_overloaded_search_level_on_the_real_engine_ends_early_and_stil
     assert cut and len(stopped.records) == len(whole.records) == 120
     assert len(stopped.measured) == 120 - len(cut)
     assert stopped.level.verdict.error_rate == 0.0  # the requests it cut are no errors
+    # The engine dropped the cut requests before the next level: none left running.
+    assert stopped.level.server.left_running == 0 and whole.level.server.left_running is None

@@ -36,3 +36,5 @@ async def test_a_level_whose_every_token_is_slow_stops_after_the_requests_that_s
     assert len(stopped.measured) >= 2 and len(stopped.records) == 40
     unsent = [r for r in stopped.records if was_stopped(r) and math.isnan(r.sent_s)]
     assert unsent and stopped.level.verdict.schedule_ok
+    # This server has no /metrics: whether it dropped the cut requests cannot be told.
+    assert stopped.level.server.left_running is None
