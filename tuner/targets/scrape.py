@@ -116,14 +116,18 @@ class MetricsWatch:
             await self._poll_once()
 
     async def _poll_once(self) -> None:
-        try:
-            async with self._session.get(self.url) as resp:
-                if resp.status == 200:
-                    sample = parse_metrics(await resp.text())
-                    if sample and all(math.isfinite(v) for v in sample.values()):
-                        self._samples.add(sample)
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            pass
+        sample = await read_metrics(self._session, self.url)
+        if sample and all(math.isfinite(v) for v in sample.values()):
+            self._samples.add(sample)
+
+
+async def read_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """One GET of a /metrics URL, parsed; {} when it fails (a failed poll only leaves a gap)."""
+    try:
+        async with session.get(url) as resp:
+            return parse_metrics(await resp.text()) if resp.status == 200 else {}
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return {}
 
 
 async def wait_idle(url: str, timeout_s: float = IDLE_WAIT_S, poll_s: float = 0.2) -> int | None:
@@ -133,10 +137,7 @@ async def wait_idle(url: str, timeout_s: float = IDLE_WAIT_S, poll_s: float = 0.
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while True:
-            sample: dict[str, float] = {}
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-                async with session.get(url.rstrip("/") + "/metrics") as resp:
-                    sample = parse_metrics(await resp.text()) if resp.status == 200 else {}
+            sample = await read_metrics(session, url.rstrip("/") + "/metrics")
             if RUNNING not in sample or WAITING not in sample:
                 return None  # no /metrics of vLLM's names: nothing to wait on
             left = round(sample[RUNNING] + sample[WAITING])
