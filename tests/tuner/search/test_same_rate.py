@@ -108,12 +108,14 @@ async def test_draws_that_split_evenly_get_one_more_to_decide(tmp_path):
     import dataclasses
 
     short = build_workload("random", num_requests=8, input_len=32, output_len=4).requests
-    long = build_workload("random", num_requests=8, input_len=3000, output_len=4,
+    long = build_workload("random", num_requests=8, input_len=8000, output_len=4,
                           seed=1).requests  # fmt: skip
     # The first stretch is short prompts (it holds), the second long ones (it misses); the
-    # third wraps round to the short ones again.
+    # third wraps round to the short ones again. Margins wide enough for a busy machine: short
+    # prompts answer in ~5 ms, eight 8k prefills queue to a TTFT p99 of ~4 s; a 150 ms limit
+    # on 3k prompts once failed the short draw in CI (one hiccup is a p99 of 8 requests).
     requests = [dataclasses.replace(r, index=i) for i, r in enumerate([*short, *long])]
-    same = await _on_two_draws(tmp_path, requests, parse_slo("ttft_p99=150ms"))
+    same = await _on_two_draws(tmp_path, requests, parse_slo("ttft_p99=1s"))
     assert same["default"]["draws"] == 3 and same["default"]["draws_missed"] == 1
 
 
