@@ -1,6 +1,7 @@
 """The headline claims a ratio over the default only when the same traffic shows it."""
 
 from tuner.report.summary import (
+    DEFAULT_BEST,
     SAME_TRAFFIC,
     UNCHECKED,
     WITHIN_NOISE,
@@ -86,3 +87,16 @@ def test_a_default_whose_own_capacity_did_not_hold_gives_no_ratio():
     text = summary_line(r)
     assert text.startswith("keep the vLLM default") and "0.80x" not in text
     assert "the default's own 9.49 req/s did not hold when re-measured" in text
+
+
+def test_the_default_chosen_is_kept_without_a_ratio_over_itself():
+    # A run whose searched configs all failed their confirmation chose the default; it read
+    # "recommended: budget=2048 ... 0.76x the vLLM default's 8.23", the same config twice.
+    r = rec(default_meets=None)
+    r["best"] = r["default"] = {"config": {"max_num_batched_tokens": 2048}, "capacity_rps": 8.23}
+    r["ratio_vs_default"] = 1.0
+    r["headline"] = headline(r)
+    assert r["headline"] == {"basis": DEFAULT_BEST, "claimed_ratio": None, "recommend": "default"}
+    text = summary_line(r)
+    assert text == ("keep the vLLM default (budget=2048): no config measured beat its 8.23 "
+                    "req/s within tpot_p99=30ms")  # fmt: skip

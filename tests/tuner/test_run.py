@@ -95,7 +95,9 @@ async def test_a_budget_too_short_for_the_default_reports_its_capacity_as_a_lowe
     default = rec["default"]
     assert default["capacity_rps"] == 2.0 and default["lower_bound"]  # one level, then the end
     assert default["limited_by"].startswith("not measured: its search was cut short")
-    assert "the vLLM default's 2.00 (a lower bound" in rec["summary"]
+    # Nothing else fitted in the budget: the default is kept, its figure named a lower bound.
+    assert rec["summary"].startswith("keep the vLLM default")
+    assert "2.00 req/s within tpot_p99=30ms (a lower bound" in rec["summary"]
 
 
 async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(
@@ -149,3 +151,17 @@ async def test_every_search_level_holds_at_least_min_requests(tmp_path, sim_targ
     assert levels and all(len(p.read_text().splitlines()) >= 30 for p in levels)
     info = json.loads((run / "run.json").read_text())
     assert info["workload"]["min_requests_per_level"] == 30
+
+
+async def test_a_default_no_config_beats_is_kept_with_one_figure(tmp_path, sim_target, fake_clock):
+    # Only budgets above the default's searched: each serves less than its 6 req/s.
+    params = ["max_num_batched_tokens=4096..32768"]
+    rec = await run_tune(settings(tmp_path, params=params), quiet=True, clock=fake_clock,
+                         target=sim_target)  # fmt: skip
+    assert rec["best"]["config"] == rec["default"]["config"]
+    # One config, one figure: never a ratio of the default over itself other than 1.
+    assert rec["best"] == rec["default"] and rec["ratio_vs_default"] == 1.0
+    assert rec["headline"]["basis"] == "default_best"
+    assert rec["summary"].startswith("keep the vLLM default (budget=2048 ")
+    assert "no config measured beat its" in rec["summary"] and "x the vLLM" not in rec["summary"]
+    assert "--max-num-batched-tokens 2048" in rec["flags"]["vllm"]

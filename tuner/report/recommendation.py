@@ -46,8 +46,12 @@ def build_recommendation(
     candidates = {c.trial: c for c in conf.candidates}
     chosen = conf.chosen
     best = config_entry(view.trial(chosen.trial), chosen) if chosen else None
-    feasible = best is not None and best["capacity_rps"] > 0
     default, thumb = _references(view, candidates, info)
+    if best is not None and default is not None and best["config"] == default["config"]:
+        # Keeping the default: one config, one figure (its confirmed strict-rule rate beside
+        # its own pooled capacity once read "0.76x the vLLM default" of itself).
+        best = default
+    feasible = best is not None and best["capacity_rps"] > 0
     rec: dict[str, Any] = {
         "slo": info.get("slo"),
         "objective": {"mode": view.mode.value, "rate_rps": info.get("rate_rps"),

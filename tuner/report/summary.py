@@ -35,6 +35,9 @@ def summary_line(rec: dict[str, Any]) -> str:
     unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
     ratio, default = rec.get("ratio_vs_default"), rec.get("default")
     basis = (rec.get("headline") or {}).get("basis")
+    if basis == DEFAULT_BEST:
+        return (f"keep the vLLM default ({short_config(best['config'])}): no config measured "
+                f"beat its {best['capacity_rps']:.2f} {unit}{_cut(best)}")  # fmt: skip
     if basis == WITHIN_NOISE:
         rate = rec["default_at_recommended_rate"]["rate_rps"]
         held = draws_held(rec["default_at_recommended_rate"]["default"])
@@ -50,7 +53,7 @@ def summary_line(rec: dict[str, Any]) -> str:
     if ratio is not None:
         text += f", {ratio:.2f}x the vLLM default's {default['capacity_rps']:.2f}"
         if default.get("lower_bound"):
-            text += " (a lower bound: its measurement was cut short)"
+            text += _cut(default)
         elif default.get("held_when_remeasured") is False:
             text += ", a figure that did not hold when re-measured"
         if basis == UNCHECKED:
@@ -70,10 +73,15 @@ def summary_line(rec: dict[str, Any]) -> str:
     return text
 
 
+def _cut(config: dict[str, Any]) -> str:
+    return " (a lower bound: its measurement was cut short)" if config.get("lower_bound") else ""
+
+
 # How far the headline's ratio over the default can be trusted (rec["headline"]["basis"]).
 SAME_TRAFFIC = "same_traffic"  # the default, measured at the recommended rate, missed the SLO
 WITHIN_NOISE = "within_noise"  # ... and met it: the capacities differ by less than the noise
-UNCHECKED = "unchecked"  # no same-traffic measurement (--repeats 0, or the best is the default)
+UNCHECKED = "unchecked"  # no same-traffic measurement (--repeats 0, or no time left for it)
+DEFAULT_BEST = "default_best"  # the best config confirmed is the default itself: nothing to claim
 
 
 def headline(rec: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +91,8 @@ def headline(rec: dict[str, Any]) -> dict[str, Any]:
     ratio, same = rec.get("ratio_vs_default"), rec.get("default_at_recommended_rate")
     if ratio is None or not rec.get("feasible"):
         return {"basis": None, "claimed_ratio": None}
+    if rec["best"]["config"] == (rec.get("default") or {}).get("config"):
+        return {"basis": DEFAULT_BEST, "claimed_ratio": None, "recommend": "default"}
     if not same:
         return {"basis": UNCHECKED, "claimed_ratio": None}
     if same["default"]["meets_slo"] or not _missed_on_most_draws(same["default"]):
