@@ -43,7 +43,9 @@ def sim_note(rec: dict[str, Any]) -> str:
         f"{sim['configs_screened']} configs screened in virtual time, in {sim['screen_s']:.0f} s "
         f"({sim['model_source']}); each verified config's prediction as it was queued. A "
         "pruned config's errors are reckoned from its lowest failing rate, which its capacity "
-        "lies below. The gain over the default decides the fall-back, not the capacity: a "
+        "lies below; a gain is overstated only past the most its measurement allows (up to "
+        "the config's first failing rate, over the default's capacity). The gain over the "
+        "default decides the fall-back, not the capacity: a "
         "model errs for a config and the default alike, while a shared machine's speed drifts "
         f"between measurements minutes apart. Here {verdict}."
     )

@@ -68,3 +68,23 @@ def test_a_study_queued_without_the_defaults_prediction_is_judged_on_capacity():
     out = summary(simulator(), trials, bound=0.2)
     assert out["verified"][0]["gain_err"] is None
     assert out["fell_back"]
+
+
+def test_a_gain_within_the_rate_ladder_step_does_not_send_the_search_back():
+    # A built-in run: 256 simulated at 9.82 and measured at 9.82 (failing at 11.29), beside a
+    # default simulated at 6.70 and measured at 8.23. Against the last rate passed the gain
+    # reads 23% overstated; its capacity may lie up to 11.29, which allows a gain of 1.37
+    # against 1.47 simulated (7%).
+    trials = [
+        trial(0, Role.DEFAULT, DEFAULT, 8.23, upper=9.47),
+        trial(1, Role.SCREENED, SMALL, 9.82, predicted=9.82, default_predicted=6.70, upper=11.29),
+    ]
+    out = summary(simulator(), trials, bound=0.2)
+    (verified,) = out["verified"]
+    assert verified["capacity_err"] == 0.0
+    assert verified["gain_err"] == pytest.approx((9.82 / 6.70) / (11.29 / 8.23) - 1)
+    assert not out["fell_back"]
+    # Simulated a step further (2.0x the default) it is still overstated past the bound.
+    trials[1] = trial(1, Role.SCREENED, SMALL, 9.82, predicted=13.4, default_predicted=6.70,
+                      upper=11.29)  # fmt: skip
+    assert summary(simulator(), trials, bound=0.2)["fell_back"]
