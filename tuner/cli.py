@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "interpreter's, or .venv-vllm's, python -m vllm.entrypoints.openai.api_server)")
     e.add_argument("--vllm-args", default="", help="more vllm serve flags for every trial")
     e.add_argument("--device", default="auto")
-    e.add_argument("--dtype", default="auto")
+    e.add_argument("--dtype", default="auto",
+                   help="model dtype (built-in engine, and vLLM's --dtype with --engine vllm)")
     e.add_argument("--kv-cache-memory-gb", type=float)
     e.add_argument("--max-model-len", type=int)
     s = p.add_argument_group("search")

@@ -56,7 +56,8 @@ def _open_engine(options: TargetOptions) -> Target:
 
         return VllmTarget(VllmOptions(options.model, options.vllm_command, options.served_model,
                                       options.max_model_len, options.launch_timeout_s,
-                                      options.log_dir, options.vllm_args))  # fmt: skip
+                                      options.log_dir, options.vllm_args,
+                                      options.engine.get("dtype", "auto")))  # fmt: skip
     if options.launch:
         url = options.url or DEFAULT_LAUNCH_URL
         spec = LaunchSpec(options.launch, url=url, model=_served_model(options))

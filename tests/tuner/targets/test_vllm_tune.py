@@ -41,7 +41,7 @@ def test_tune_on_real_vllm_counts_its_starts_and_its_flags_start_vllm(folder, tm
             "--slo", "tpot_p99=200ms", "--trials", "2", "--repeats", "0", "--no-budget-sweep",
             "--num-requests", "8", "--start-rate", "2", "--max-levels", "3",
             "--rate-tolerance", "0.5", "--time-budget", "12m", "--run-dir", str(run_dir),
-            "--json", "--quiet"]  # fmt: skip
+            "--dtype", "float32", "--json", "--quiet"]  # fmt: skip
     assert main(argv) == 0
     rec = json.loads(capsys.readouterr().out)
 
@@ -54,6 +54,9 @@ def test_tune_on_real_vllm_counts_its_starts_and_its_flags_start_vllm(folder, tm
     assert rec["default"]["config"]["max_num_seqs"] == 128
     # Only knobs vLLM has: engine_lite's prefill_first extension is never searched.
     assert all(t["config"].get("policy", "decode_first") == "decode_first" for t in rec["trials"])
+    # --dtype reaches every vLLM it started (vLLM would run this float32 folder in bfloat16).
+    logs = sorted((run_dir / "server-logs").glob("vllm-*.log"))
+    assert logs and all("dtype=torch.float32" in log.read_text() for log in logs)
 
     # The flags the report prints start vLLM 0.32 as they are.
     best = rec["best"] or rec["default"]
