@@ -1,6 +1,6 @@
 """GPU check: flash-attn parity with the PyTorch backend, then `llama-3.1-8b` step times, as JSON.
 
-    python benchmarks/gpu_check.py [--preset llama-3.1-8b] [--skip-bench]
+    python benchmarks/gpu_check.py [--preset llama-3.1-8b] [--skip-bench] [--device cpu]
 
 Needs CUDA (flash-attn optional: without it the parity section says so and timings use the
 PyTorch backend). Runs in a few minutes on one H100/H200-class GPU:
@@ -8,7 +8,8 @@ PyTorch backend). Runs in a few minutes on one H100/H200-class GPU:
    fresh prefills, with and without a sliding window) against the PyTorch backend;
 2. the preset's step times with seeded random weights in bf16: a 4096-token prefill in one step,
    decode steps of 32 and 128 sequences with 512 tokens of context;
-3. `engine-lite bench` on the preset (the mixed 64-request workload) and `--decode-only 128`.
+3. `engine-lite bench` on the preset: the mixed 64-request workload under the default step budget,
+   2048 and 512 tokens, and `--decode-only 128`.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_times import measure
 
 from engine_lite import EngineConfig
+from engine_lite.attention import default_block_size, resolve_backend
 from engine_lite.attention.base import StepBatch, write_kv
 from engine_lite.attention.flash import FlashPagedAttention, load_flash_attn
 from engine_lite.attention.torch_paged import TorchPagedAttention
+from engine_lite.models import resolve_model
 from engine_lite.runner import ModelRunner
 
 ENTRIES = [(700, 1), (1000, 300), (0, 513), (5, 1), (0, 1), (256, 256), (2000, 1)]
@@ -77,18 +80,26 @@ def parity(window: int | None) -> dict:
     return {"window": window, "max_abs_err": round(err, 5), "ok": err < 2e-2}
 
 
-def step_times(preset: str) -> dict:
+def step_times(preset: str, device: str) -> dict:
     start = time.perf_counter()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    # Blocks for 128 decodes of 512 tokens plus one 4096-token prefill, in the block size the
+    # backend will use (16 for PyTorch, 256 for flash-attn): no more, an 8B KV cache is large.
+    head_dim = resolve_model(preset).config.head_dim
+    block = default_block_size(resolve_backend("auto", torch.device(device), dtype, head_dim))
     runner = ModelRunner(
         EngineConfig(
             model=preset,
+            device=device,
             max_num_seqs=128,
             max_num_batched_tokens=4096,
             max_model_len=8192,
-            num_gpu_blocks_override=(128 * 512 + 4096) // 256 + 16,
+            block_size=block,
+            num_gpu_blocks_override=128 * -(-512 // block) + -(-4096 // block) + 8,
         )
     )
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     load_s = time.perf_counter() - start
     result = measure(runner, 4096, [32, 128], 512, repeats=5)
     return {
@@ -102,17 +113,23 @@ def step_times(preset: str) -> dict:
 def release_gpu_memory() -> None:
     # The next engine sizes its KV cache from free memory: hand the last one's back first.
     gc.collect()
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
-def bench(preset: str) -> dict:
+def bench(preset: str, device: str) -> dict:
     from engine_lite.bench import main as bench_main
 
+    common = ["--preset", preset, "--device", device, "--json"]
+    runs = {
+        "mixed": common,
+        # the same traffic under smaller step budgets: how far chunking caps the longest step
+        "mixed_budget_2048": [*common, "--max-num-batched-tokens", "2048"],
+        "mixed_budget_512": [*common, "--max-num-batched-tokens", "512"],
+        "decode_only_128": [*common, "--decode-only", "128"],
+    }
     out = {}
-    for name, argv in {
-        "mixed": ["--preset", preset, "--json"],
-        "decode_only_128": ["--preset", preset, "--decode-only", "128", "--json"],
-    }.items():
+    for name, argv in runs.items():
         start = time.perf_counter()
         code = bench_main(argv)
         out[name] = {"exit_code": code, "seconds": round(time.perf_counter() - start, 1)}
@@ -124,21 +141,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="llama-3.1-8b")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="cpu only rehearses the script (use --preset tiny); figures need cuda",
+    )
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print(json.dumps({"error": "CUDA is not available"}))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"error": "CUDA is not available; --device cpu only rehearses"}))
         return 2
-    report: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    if load_flash_attn() is None:
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    report: dict = {"device": name, "torch": torch.__version__}
+    if args.device != "cuda":
+        report["parity"] = "skipped: flash-attn runs on CUDA only"
+    elif load_flash_attn() is None:
         report["parity"] = "skipped: flash-attn is not installed"
     else:
         report["parity"] = [parity(None), parity(300)]
     print(json.dumps(report), flush=True)
-    report["step_times"] = step_times(args.preset)
+    report["step_times"] = step_times(args.preset, args.device)
     release_gpu_memory()
     print(json.dumps(report["step_times"]), flush=True)
     if not args.skip_bench:
-        report["bench"] = bench(args.preset)  # bench prints its own JSON lines
+        report["bench"] = bench(args.preset, args.device)  # bench prints its own JSON lines
     print(json.dumps(report))
     return 0 if all(p["ok"] for p in report.get("parity", []) if isinstance(p, dict)) else 1
 

@@ -51,7 +51,9 @@ class ModelRunner:
             keep_freed_memory()
         source = resolve_model(config.model)
         self.model_config: ModelConfig = source.config
-        self.attention_backend = resolve_backend(config.attention_backend, self.device, self.dtype)
+        self.attention_backend = resolve_backend(
+            config.attention_backend, self.device, self.dtype, self.model_config.head_dim
+        )
         self.block_size = config.block_size or default_block_size(self.attention_backend)
         self.max_model_len = resolve_max_model_len(config, self.model_config)
         # The KV sizing needs the resolved budget; the engine resolves the same way.

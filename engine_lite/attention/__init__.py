@@ -22,12 +22,19 @@ __all__ = [
 
 
 FLASH_DTYPES = (torch.bfloat16, torch.float16)
+FLASH_MAX_HEAD_DIM = 256  # flash-attn 2's kernels: head dims up to 256, in multiples of 8
 
 
-def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """`auto` means flash-attn on CUDA in 16-bit when it imports, the PyTorch backend otherwise."""
+def flash_supports_head_dim(head_dim: int) -> bool:
+    return head_dim <= FLASH_MAX_HEAD_DIM and head_dim % 8 == 0
+
+
+def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, head_dim: int) -> str:
+    """`auto` means flash-attn on CUDA in 16-bit for a head dim it has kernels for, when it
+    imports; the PyTorch backend otherwise."""
     if requested == "auto":
         usable = device.type == "cuda" and dtype in FLASH_DTYPES
+        usable = usable and flash_supports_head_dim(head_dim)
         return "flash" if usable and load_flash_attn() is not None else "torch"
     if requested == "flash" and device.type != "cuda":
         raise EngineLiteError(
@@ -38,6 +45,12 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
         raise EngineLiteError(
             f"attention_backend='flash' needs dtype bfloat16 or float16, not {dtype}; "
             "set dtype='bfloat16' or use attention_backend='torch'"
+        )
+    if requested == "flash" and not flash_supports_head_dim(head_dim):
+        raise EngineLiteError(
+            f"attention_backend='flash' has no kernels for this model's head_dim={head_dim} "
+            f"(flash-attn needs a multiple of 8, at most {FLASH_MAX_HEAD_DIM}); "
+            "use attention_backend='torch' or 'auto'"
         )
     return requested
 

@@ -153,14 +153,17 @@ def test_min_tokens_blocks_eos_and_stop_tokens() -> None:
 
 
 def test_kv_cache_sizes() -> None:
-    override = ModelRunner(EngineConfig(model="tiny", num_gpu_blocks_override=77))
+    # The CPU layout (16-token blocks, float32); a CUDA box would pick flash-attn's 256 and bf16.
+    override = ModelRunner(EngineConfig(model="tiny", device="cpu", num_gpu_blocks_override=77))
     assert override.num_kv_blocks == 77
     assert override.kv_caches[0][0].shape == (77, 16, 2, 32)
     per_block = bytes_per_block(override.model_config, 16, torch.float32)
-    by_memory = ModelRunner(EngineConfig(model="tiny", kv_cache_memory_gb=0.01))
+    by_memory = ModelRunner(EngineConfig(model="tiny", device="cpu", kv_cache_memory_gb=0.01))
     assert by_memory.num_kv_blocks == int(0.01 * GIB) // per_block
     # 4 GiB would hold far more than 2 sequences of 1024 tokens could ever use
-    capped = ModelRunner(EngineConfig(model="tiny", max_num_seqs=2, max_model_len=1024))
+    capped = ModelRunner(
+        EngineConfig(model="tiny", device="cpu", max_num_seqs=2, max_model_len=1024)
+    )
     assert capped.num_kv_blocks == 2 * 1024 // 16
 
 
@@ -183,8 +186,13 @@ def test_backend_choice_follows_device_and_dtype() -> None:
     from engine_lite.attention import resolve_backend
 
     cuda = torch.device("cuda")
-    assert resolve_backend("auto", torch.device("cpu"), torch.float32) == "torch"
+    assert resolve_backend("auto", torch.device("cpu"), torch.float32, 128) == "torch"
     # flash-attn has no fp32 kernels: auto falls back, an explicit request is refused
-    assert resolve_backend("auto", cuda, torch.float32) == "torch"
+    assert resolve_backend("auto", cuda, torch.float32, 128) == "torch"
     with pytest.raises(EngineLiteError, match="dtype bfloat16 or float16"):
-        resolve_backend("flash", cuda, torch.float32)
+        resolve_backend("flash", cuda, torch.float32, 128)
+    # nor kernels for a head dim off its multiples of 8 or above 256
+    for head_dim in (20, 320):
+        assert resolve_backend("auto", cuda, torch.bfloat16, head_dim) == "torch"
+        with pytest.raises(EngineLiteError, match=f"head_dim={head_dim}"):
+            resolve_backend("flash", cuda, torch.bfloat16, head_dim)
