@@ -113,6 +113,26 @@ def test_a_signal_mid_level_stops_the_launched_server_and_names_the_run(tmp_path
     assert last == f"{said}; resume with tune --resume {tmp_path / 'run'}"
 
 
+def test_a_killed_tune_leaves_no_load_generator_behind(tmp_path):
+    """kill -9 mid-level: no `finally` runs, yet the load generator's process goes with tune.
+    It holds tune's stderr; outliving tune, it kept that pipe open for as long as its hung level
+    lasted (requests time out after 120 s) and went on sending the level's requests."""
+    port, seen = free_port(), tmp_path / "seen"
+    stub = start_stub(port, "--hang", "--seen", str(seen))  # a server someone else runs
+    try:
+        tune = start_tune(tmp_path, port, launch=False)
+        try:
+            wait_for(seen, tune)  # a level is being measured
+            tune.kill()
+            _, err = tune.communicate(timeout=20)  # stderr's end: every holder is gone
+        finally:
+            tune.kill()
+    finally:
+        stub.kill()
+        stub.wait()
+    assert tune.returncode == -signal.SIGKILL, err
+
+
 def test_a_port_already_taken_is_refused_before_anything_is_measured_against_it(tmp_path):
     port, seen = free_port(), tmp_path / "seen"
     # A server left behind by an earlier run, answering /health where the next one must listen.

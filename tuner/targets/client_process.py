@@ -73,6 +73,11 @@ class ClientProcess:
             proc.kill()
             await proc.wait()
 
+    def _abandon(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc, self._sent = None, None
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
     async def _ensure_started(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
             self._proc = await asyncio.create_subprocess_exec(
@@ -95,6 +100,12 @@ class ClientProcess:
             raise TuneError(
                 "the load generator's process died during a level; rerun with --resume"
             ) from None
+        except BaseException:
+            # Interrupted mid-call (Ctrl-C, a stop signal, a cancelled level): the child is busy
+            # with a reply nobody will read, and would read the pipe's end only once its level
+            # is over (a hung server's requests can take minutes). Killed, not waited for.
+            self._abandon(proc)
+            raise
         if kind == "lost":
             raise LoadgenError(value)
         if kind == "error":
@@ -103,6 +114,18 @@ class ClientProcess:
 
 
 # ---- the child -----------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Linux: the child is killed when its parent dies. It holds the parent's stderr, so a child
+    outliving a parent killed by SIGKILL would keep that pipe open (whatever reads it to its end
+    waits with it) and go on sending a level's requests."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _raise_priority() -> None:
@@ -134,6 +157,7 @@ def _run_job(requests: list[RequestSpec], job: ReplayJob) -> ReplayResult:
 
 
 def main() -> None:
+    _die_with_parent()
     _raise_priority()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies may reach the pipe
