@@ -6,10 +6,10 @@ For a CUDA machine where no flash-attn wheel matches the installed torch and a f
 (every head dim, fp16 and bf16, backward; about an hour) will not fit. This builds the same
 upstream kernels, restricted to what `engine_lite`'s flash backend calls: the head dims asked
 for (128 for the Llama presets, 32 for `tiny`), bf16, forward (paged KV goes through the split-KV
-kernel), sliding window kept; dropout, ALiBi, softcap and backward compiled out with
-flash-attn's own FLASHATTENTION_DISABLE_* switches. A call outside that subset fails with a
-one-line error from the extension. Afterwards `PYTHONPATH=<out>` makes `import flash_attn`
-load it. Needs nvcc and ninja.
+kernel), sliding window kept; dropout, ALiBi, softcap, backward and head dims off a multiple
+of 32 (the uneven-K path) compiled out with flash-attn's own FLASHATTENTION_DISABLE_* switches.
+A call outside that subset fails with a one-line error from the extension. Afterwards
+`PYTHONPATH=<out>` makes `import flash_attn` load it. Needs nvcc and ninja.
 """
 
 from __future__ import annotations
