@@ -75,7 +75,15 @@ def start_tune(tmp_path: Path, port: int, *faults: str, launch: bool = True,
             "--served-model", "stub", "--run-dir", str(tmp_path / "run"), "--start-rate", "4",
             "--num-requests", "8", "--quiet", *extra]  # fmt: skip
     return subprocess.Popen([sys.executable, "-m", "tuner.cli", *args], cwd=tmp_path, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
+
+
+def _default_sigint() -> None:
+    # As from a terminal. A suite started in the background by a script inherits SIGINT
+    # ignored (shells do that without job control); tune, like any program, keeps that, and a
+    # Ctrl-C test would wait for nothing.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_stub(port: int, *faults: str) -> subprocess.Popen:
