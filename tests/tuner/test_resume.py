@@ -71,9 +71,16 @@ def test_ctrl_c_in_the_default_trial_then_a_short_resume_still_measures_the_defa
     args = ["--slo", "tpot_p99=30ms", "--trials", "4", "--param",
             "max_num_batched_tokens=2048..8192", "--run-dir", str(run_dir), "--num-requests", "8",
             "--start-rate", "4", "--max-levels", "3", "--rate-tolerance", "0.5"]  # fmt: skip
+
+    # SIGINT at its default, as from a terminal: a suite started in the background by a script
+    # inherits it ignored, and tune would keep that and run to its end.
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     tune = subprocess.Popen([sys.executable, "-m", "tuner.cli", *args], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)  # fmt: skip
     try:
         for line in tune.stderr:  # the default is the first trial; stop it after one level
             if "level at" in line:
