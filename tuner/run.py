@@ -95,7 +95,8 @@ async def run_tune(settings: TuneSettings, quiet: bool = False, clock: Clock = t
         files.write_json(RUN_FILE, run_info(run))
         if run.workers.created:  # what a report shows if no worker gets to confirm
             attrs.set_run_info(run.study, run_info(run))
-        status = RunStatus(settings.trials, settings.time_budget_s, clock, str(files.root))
+        status = RunStatus(settings.trials, settings.time_budget_s, clock, str(files.root),
+                           budget.start_s)  # fmt: skip
         with make_display(status, quiet) as display:
             try:
                 log = await measure(run, budget, display)
@@ -138,8 +139,8 @@ async def confirm(
         assert default is not None
         candidates = repooled(candidates, default, run.files, run.mode, s.rate_rps, run.meter.slo,
                               run.meter.rules, same_rate.default_draws, s.seed)  # fmt: skip
-    conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate,
-                        log.stopped_by, budget.elapsed_s)  # fmt: skip
+    conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate, log.stopped_by,
+                        budget.elapsed_s, display.status.phase_seconds())  # fmt: skip
     run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
     return conf
 
@@ -227,14 +228,20 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
                          s.rate_rps)  # fmt: skip
     plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps)
     trials = _queued_count(run.study) if queued_only else s.trials
-    phase = (
-        "measuring on the target" if queued_only else f"searching ({s.sampler}, {run.mode.value})"
-    )
-    display.set_phase(phase)
+    display.set_phase(_queued_phase(run.study) if queued_only
+                      else f"searching ({s.sampler}, {run.mode.value})")  # fmt: skip
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)
     trials = _queued_count(run.study) if queued_only else s.trials
     return await search_to_the_end(run.study, runner, trials, budget, plan, first_guess_s,
                                    run.workers)  # fmt: skip
+
+
+def _queued_phase(study: optuna.Study) -> str:
+    """The phase's name says what is queued (the default, a screened config), so the time per
+    phase in the report tells the default's search from the verification of screened ones."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    roles = sorted({str(attrs.role_of(t)).replace("_", " ") for t in waiting})
+    return "measuring on the target" + (f": {', '.join(roles)}" if roles else "")
 
 
 def _queued_count(study: optuna.Study) -> int:

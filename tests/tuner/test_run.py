@@ -47,6 +47,12 @@ async def test_a_whole_run_finds_the_budget_that_serves_the_most(tmp_path, sim_t
     assert pruned and all(t["levels"] == 1 for t in pruned)
     # All time was simulated time, and the run kept within its budget on that clock.
     assert 0 < rec["search"]["elapsed_s"] == fake_clock() - start_s <= BUDGET_S
+    # The phases account for every second of it, the report's setup table says so.
+    phases = rec["phases_s"]
+    assert sum(phases.values()) == pytest.approx(rec["elapsed_s"]) and phases["starting"] >= 0
+    assert phases["confirming the top configs"] > 0 and phases["searching (tpe, capacity)"] > 0
+    report = (tmp_path / "run" / "recommendation.md").read_text()
+    assert f"{rec['elapsed_s']:.0f} s to the recommendation (" in report
     assert sim_target.closed
 
 

@@ -240,6 +240,14 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     assert hint > 0 and default.user_attrs["level_000"]["rate_rps"] == pytest.approx(hint)
     assert rec["engine"]["name"] == "engine_lite" and rec["vllm_starts"] is None
     assert rec["elapsed_s"] > 0
+    # Where the time went, phase by phase, adds up to it; the verification of a screened
+    # config is told apart from the default's search.
+    phases = rec["phases_s"]
+    assert sum(phases.values()) == pytest.approx(rec["elapsed_s"], rel=1e-6), phases
+    assert {"starting", "measuring on the target: default",
+            "screening the space in virtual time"} <= set(phases), phases
+    if sim["configs_verified"]:
+        assert phases["measuring on the target: screened"] > 0, phases
     if rec["best"] is not None:
         measured = {t["trial"] for t in rec["trials"] if t["state"] == "complete"}
         assert rec["best"]["trial"] in measured

@@ -41,7 +41,10 @@ class SloBroken:
     prior: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, slo: SLO, pooled_with: Sequence[RequestRecord] = ()) -> SloBroken | None:
+    def of(cls, slo: SLO, pooled_with: Sequence[RequestRecord] = (),
+           room: int = 0) -> SloBroken | None:  # fmt: skip
+        """`room`: samples that may still join the pool after this level (later draws that
+        are not measured yet), counted as if none of them were over the limit."""
         terms = tuple((t.metric, t.stat.percentile, t.limit_s) for t in slo.terms
                       if t.metric in _PER_REQUEST and t.stat.percentile is not None)  # fmt: skip
         if not terms:
@@ -49,7 +52,10 @@ class SloBroken:
         watch = _Watch(terms, 0)
         for record in pooled_with:
             watch.count(record)
-        return cls(terms, tuple(zip(watch.samples, watch.over, strict=True)))
+        # Only the most samples the pool can end with is read from the count, so the room
+        # joins it: the percentile must be over however clean the later draws come.
+        samples = [n + room for n in watch.samples]
+        return cls(terms, tuple(zip(samples, watch.over, strict=True)))
 
     def watch(self, records: Sequence[RequestRecord]) -> Finished | None:
         measured = sum(not r.warmup for r in records)
@@ -89,6 +95,23 @@ class _Watch:
             most = self.samples[i] + self.unfinished
             broken |= self.over[i] > 0 and self.over[i] >= over_needed(most, q)
         return broken
+
+
+@dataclass(frozen=True, slots=True)
+class AllBroken:
+    """Stops only once every rule would: a draw judged alone and in its pool."""
+
+    rules: tuple[SloBroken, ...]
+
+    def watch(self, records: Sequence[RequestRecord]) -> Finished | None:
+        watches = [w for w in (rule.watch(records) for rule in self.rules) if w is not None]
+        if not watches or len(watches) < len(self.rules):
+            return None
+
+        def finished(record: RequestRecord) -> bool:
+            return all([w(record) for w in watches])  # a list: every watch counts the record
+
+        return finished
 
 
 def _value(lat: RequestLatency, metric: Metric) -> float | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen import RequestRecord, RequestSpec, arrival_offsets
-from loadgen.stop import measured_part
+from loadgen.stop import StopRule, measured_part
 from slo import SLO, Metric, RunMetrics, evaluate
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard, CpuShare
@@ -213,7 +213,8 @@ class Meter:
     stop_failing: bool = True
 
     async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False,
-                    pooled_with: Sequence[RequestRecord] = ()) -> LevelRun:  # fmt: skip
+                    pooled_with: Sequence[RequestRecord] = (),
+                    stop_rule: StopRule | None = None) -> LevelRun:  # fmt: skip
         """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
         it raises `ClientLagError` instead of reporting the server as failing. A level during
@@ -228,10 +229,12 @@ class Meter:
 
         `stop_failing` ends the level once the requests finished (pooled with `pooled_with`,
         earlier runs at this rate) break the SLO beyond what the rest could mend: the same
-        verdict, without the drain of a failing level."""
+        verdict, without the drain of a failing level. `stop_rule` replaces that rule (the
+        same-traffic check's, search/confirm.py)."""
         s, plan = self.settings, self.settings.replay
         if stop_failing and math.isfinite(rate_rps):
-            plan = dataclasses.replace(plan, stop=SloBroken.of(self.slo, pooled_with))
+            rule = stop_rule or SloBroken.of(self.slo, pooled_with)
+            plan = dataclasses.replace(plan, stop=rule)
         requests = s.requests_at(self.requests, rate_rps, draw)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
                                   seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip

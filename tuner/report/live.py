@@ -23,13 +23,15 @@ class RunStatus:
     """Everything the display shows, updated by the run and by trials."""
 
     def __init__(self, total_trials: int, budget_s: float, clock: Callable[[], float],
-                 run_dir: str = "") -> None:  # fmt: skip
+                 run_dir: str = "", start_s: float | None = None) -> None:  # fmt: skip
         self.total_trials = total_trials
         self.budget_s = budget_s
         self.clock = clock
         self.run_dir = run_dir  # where the run writes, so a person can find (or resume) it
-        self.start_s = clock()
+        self.start_s = clock() if start_s is None else start_s  # the run's, when it began earlier
         self.phase = "starting"
+        self._phase_start_s = self.start_s
+        self._phase_s: dict[str, float] = {}
         self.trial = ""
         self.config = ""
         self.level = ""
@@ -39,6 +41,19 @@ class RunStatus:
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start_s
+
+    def enter(self, phase: str) -> None:
+        """Start a phase; the time of the one before adds to its total (a phase entered again,
+        such as screening after each verified config, keeps one total)."""
+        now = self.clock()
+        self._phase_s[self.phase] = self._phase_s.get(self.phase, 0.0) + now - self._phase_start_s
+        self.phase, self._phase_start_s = phase, now
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds spent in each phase so far, in the order they were first entered."""
+        out = dict(self._phase_s)
+        out[self.phase] = out.get(self.phase, 0.0) + self.clock() - self._phase_start_s
+        return out
 
     def time_left_s(self) -> float:
         return max(0.0, self.budget_s - self.elapsed_s())
@@ -51,7 +66,7 @@ class StatusSink:
         self.status = status
 
     def set_phase(self, phase: str) -> None:
-        self.status.phase = phase
+        self.status.enter(phase)
         self.refresh()
 
     def set_best(self, capacity_rps: float, number: int, unit: str = "req/s") -> None:

@@ -73,6 +73,7 @@ def build_recommendation(
         "trials": [_trial_row(t) for t in view.trials if t.state is not TrialState.WAITING],
         "search": _search(view, conf),
         "elapsed_s": conf.elapsed_s,
+        "phases_s": conf.phases_s,
         "engine": _engine(info),
         "vllm_starts": _vllm_starts(view, info),
         "sim": _sim(view),

@@ -140,6 +140,7 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                    f"({search.get('trials_pruned')} pruned), {search.get('levels_measured')} "
                    f"load levels, {search.get('measurement_s', 0):.0f} s measuring; stopped by "
                    f"{search.get('stopped_by')}"],
+        ["time", _time_text(rec)],
         ["space", "; ".join(f"{PARAM_LABELS.get(k, k)}: {v}"
                             for k, v in search.get("space", {}).items())],
         ["pinned", ", ".join(f"{k}={v}" for k, v in search.get("fixed", {}).items()) or "-"],
@@ -147,6 +148,14 @@ def setup_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ["machine", f"{env.get('platform')}, {env.get('cpu_count')} CPUs" + _shared_text(search)],
     ]  # fmt: skip
     return ["", ""], rows
+
+
+def _time_text(rec: dict[str, Any]) -> str:
+    """The run's wall time and where it went, phase by phase."""
+    elapsed, phases = rec.get("elapsed_s"), rec.get("phases_s") or {}
+    text = f"{elapsed:.0f} s to the recommendation" if elapsed is not None else "-"
+    parts = [f"{name} {seconds:.0f} s" for name, seconds in phases.items() if seconds >= 0.5]
+    return text + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -138,6 +138,10 @@ def same_rate_sentence(same: dict[str, Any] | None) -> str | None:
     rate, d = same["rate_rps"], same["default"]
     draws = d.get("draws", 1)
     measured = "measured once" if draws == 1 else f"{draws} arrival draws pooled"
+    stopped = d.get("draws_stopped") or 0
+    if stopped:  # its figures describe the requests finished before the stop
+        which = "stopped" if draws == 1 else f"{stopped} of them stopped"
+        measured += f"; {which} once the SLO was already broken"
     if d["meets_slo"]:
         return f"At {rate:.2f} req/s the vLLM default also meets the SLO ({measured})."
     if not _missed_on_most_draws(d):

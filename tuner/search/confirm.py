@@ -12,8 +12,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.stop import StopRule
 from slo import SLO
 from tuner.measure.bootstrap import goodput_interval
+from tuner.measure.early_stop import AllBroken, SloBroken
 from tuner.measure.judge import (
     Run,
     capacity_interval,
@@ -21,7 +23,7 @@ from tuner.measure.judge import (
     judge_alone,
     judge_runs,
 )
-from tuner.measure.meter import Meter
+from tuner.measure.meter import LevelRun, Meter
 from tuner.measure.verdict import VerdictRules
 from tuner.settings import MAX_STEPS_DOWN
 from tuner.store.records import Candidate, Mode, Role, SameRateCheck, TrialRecord
@@ -234,19 +236,39 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
     and each alone, with one more when the draws split evenly between missing and holding;
     a draw after the first starts only if one as long as the last still ends by `end_s`.
     With the default's `trial`, each draw is kept as one of its re-measurements too, so its
-    own capacity is judged on everything measured of it."""
+    own capacity is judged on everything measured of it.
+
+    A draw stops once its SLO is certainly broken both alone (what the headline counts) and
+    pooled with the draws before it and every draw that may follow (what the default's
+    capacity is judged on, measure/early_stop.py): the verdicts the whole draws would get. At
+    the recommended rate the default is often far past its capacity, and such a draw spent
+    most of its time draining the queue it built (a built-in run: three draws to the end took
+    37 s of a 3-minute run)."""
     rate = chosen.verdict.rate_rps
     slo, rules = meter.slo, meter.rules
     await meter.target.apply(default_knobs)
+    most = draws + (draws % 2 == 0)  # an even count may split and take one more
+    size = len(meter.settings.requests_at(meter.requests, rate))
+
+    def stop(runs: list[LevelRun]) -> StopRule | None:
+        pool = [r for run in runs for r in run.records]
+        alone = SloBroken.of(slo)
+        pooled = SloBroken.of(slo, pool, room=(most - len(runs) - 1) * size)
+        return AllBroken((alone, pooled)) if alone is not None and pooled is not None else None
+
+    async def draw(runs: list[LevelRun]) -> LevelRun:
+        return await meter.level(rate, draw=len(runs), stop_failing=meter.stop_failing,
+                                 stop_rule=stop(runs))  # fmt: skip
+
     started = meter.clock()
-    runs = [await meter.level(rate)]
+    runs = [await draw([])]
     missed = int(not judge_alone(runs[0].run(), slo, rules, rate).passed)
     # As many draws missed as held (a tie): one more decides.
     while len(runs) < draws or (len(runs) == draws and 2 * missed == len(runs)):
         last_s, started = meter.clock() - started, meter.clock()
         if end_s is not None and started + last_s > end_s:
             break
-        runs.append(await meter.level(rate, draw=len(runs)))
+        runs.append(await draw(runs))
         missed += not judge_alone(runs[-1].run(), slo, rules, rate).passed
     files.write_records(files.root / SAME_RATE_RECORDS, [r for run in runs for r in run.records])
     if trial is not None:
@@ -254,4 +276,6 @@ async def default_at_rate(meter: Meter, files: RunFiles, default_knobs: dict, ch
         for i, run in enumerate(runs):
             files.write_confirm_run(trial, first + i, run)
     default = judge_runs([run.run() for run in runs], slo, rules, rate, seed)
-    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs), missed)
+    stopped = sum(run.level.stopped_s is not None for run in runs)
+    return SameRateCheck(rate, default, chosen.verdict, chosen.repeats, len(runs), missed,
+                         stopped)  # fmt: skip

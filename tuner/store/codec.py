@@ -144,6 +144,7 @@ def same_rate_json(s: SameRateCheck | None) -> dict[str, Any] | None:
         "rate_rps": s.rate_rps,
         "default": {"meets_slo": d.passed, "slo_met": d.slo_met, "kept_up": d.kept_up,
                     "draws": s.default_draws, "draws_missed": s.default_draws_missed,
+                    "draws_stopped": s.default_draws_stopped,
                     **verdict_json(d)},
         "recommended": {"meets_slo": r.clears, "repeats": s.recommended_repeats,
                         **verdict_json(r)},
@@ -154,7 +155,7 @@ def confirmation_json(c: Confirmation) -> dict[str, Any]:
     return clean_json({
         "candidates": [candidate_json(x) for x in c.candidates], "chosen_trial": c.chosen_trial,
         "default_at_recommended_rate": same_rate_json(c.same_rate), "stopped_by": c.stopped_by,
-        "elapsed_s": c.elapsed_s,
+        "elapsed_s": c.elapsed_s, "phases_s": c.phases_s,
     })  # fmt: skip
 
 
@@ -166,7 +167,8 @@ def confirmation_from_json(data: Mapping[str, Any], slo: SLO, rules: VerdictRule
                               verdict_from_json(same["recommended"], rate, slo, rules),
                               same["recommended"]["repeats"],
                               same["default"].get("draws", 1),
-                              same["default"].get("draws_missed"))  # fmt: skip
+                              same["default"].get("draws_missed"),
+                              same["default"].get("draws_stopped", 0))  # fmt: skip
     return Confirmation([candidate_from_json(x, slo, rules) for x in data.get("candidates", [])],
                         data.get("chosen_trial"), check, data.get("stopped_by") or "",
-                        data.get("elapsed_s"))  # fmt: skip
+                        data.get("elapsed_s"), dict(data.get("phases_s") or {}))  # fmt: skip

@@ -126,6 +126,9 @@ class SameRateCheck:
     recommended_repeats: int
     default_draws: int = 1  # arrival draws the default's verdict pools
     default_draws_missed: int | None = None  # of them, those it missed on alone (None: unknown)
+    # Of them, those stopped once their SLO was already broken: their figures are over the
+    # requests that finished before the stop.
+    default_draws_stopped: int = 0
 
 
 @dataclass(slots=True)
@@ -137,6 +140,8 @@ class Confirmation:
     same_rate: SameRateCheck | None
     stopped_by: str
     elapsed_s: float | None
+    # Seconds per phase of the run (tuner/report/live.py), this process's only on a resume.
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def chosen(self) -> Candidate | None:

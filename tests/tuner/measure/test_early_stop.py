@@ -15,7 +15,7 @@ from loadgen import RequestRecord, build_workload
 from loadgen.stop import was_stopped
 from slo import evaluate, parse_slo
 from slo.requests import request_latency
-from tuner.measure.early_stop import SloBroken, over_needed
+from tuner.measure.early_stop import AllBroken, SloBroken, over_needed
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.verdict import Failure, VerdictRules
 from tuner.targets.builtin import BuiltinTarget
@@ -88,6 +88,43 @@ def test_a_pool_of_clean_earlier_runs_holds_back_a_stop_the_level_alone_would_ma
     dirty = [record(100 + i, 0.050 if i < 4 else 0.010) for i in range(300)]
     early = SloBroken.of(slo, dirty).watch(recs)
     assert [k for k, r in enumerate(recs, 1) if early(r)][:1] == [1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_same_traffic_draw_stops_only_when_it_misses_alone_and_whatever_the_later_draws_do(
+    seed,
+):
+    """The default's draws at the recommended rate: a stop must leave both the draw missing
+    alone and its pool with the draws before it missing, however clean the draws still to
+    come (`room`) turn out."""
+    rng = random.Random(seed)
+    n = rng.choice([20, 48, 160])
+    later = rng.choice([0, 1, 2])  # draws that may still follow, each of n requests
+    slo = parse_slo("tpot_p99=30ms")
+    earlier = draw_records(rng, rng.choice([0, n]), rng.choice([0.0, 0.02, 0.3]), 10**4)
+    recs = draw_records(rng, n, rng.choice([0.0, 0.01, 0.05, 0.3]))
+    rule = AllBroken((SloBroken.of(slo), SloBroken.of(slo, earlier, room=later * n)))
+    watch = rule.watch(recs)
+    order = rng.sample(range(n), n)
+    for k, i in enumerate(order, 1):
+        if watch(recs[i]):
+            done = [recs[j] for j in order[:k]]
+            best = done + [record(j, 0.0) for j in order[k:]]
+            clean_later = [record(10**5 + j, 0.0) for j in range(later * n)]
+            assert not evaluate(best, slo).met  # alone
+            assert not evaluate(earlier + best + clean_later, slo).met  # pooled
+            return
+
+
+def test_room_for_later_draws_holds_back_a_stop_the_draw_alone_would_make():
+    # 2 of 20 over break a p99 of 20 alone; with two more draws of 20 to come (60 in all,
+    # 2 needed over) that still stops; with room for 300 more (5 of 320 needed) it does not.
+    recs = [record(i, 0.050 if i < 2 else 0.010) for i in range(20)]
+    slo = parse_slo("tpot_p99=30ms")
+    stops = AllBroken((SloBroken.of(slo), SloBroken.of(slo, room=40))).watch(recs)
+    assert [k for k, r in enumerate(recs, 1) if stops(r)][:1] == [2]
+    held = AllBroken((SloBroken.of(slo), SloBroken.of(slo, room=300))).watch(recs)
+    assert not any(held(r) for r in recs)
 
 
 def test_it_stops_at_the_first_finished_request_that_settles_the_p99():

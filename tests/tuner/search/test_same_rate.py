@@ -51,13 +51,20 @@ async def test_a_default_that_misses_is_named_with_its_figure(tmp_path):
     assert sentence.startswith(f"At the recommended {RATE:.2f} req/s the vLLM default misses")
     assert f"tpot_p99 {tpot['value_ms']:.1f} ms (limit 0.001 ms; its whole 95% interval" in sentence
     assert "ttft_p99" not in sentence  # only the terms it missed
-    # The default's requests are kept, as every measured level's are.
-    assert len((tmp_path / SAME_RATE_RECORDS).read_text().splitlines()) == 8
+    # Its miss was certain after two requests: the draw stopped there rather than drain the
+    # rest, and the sentence says its figures are over what finished.
+    assert d["draws_stopped"] == 1 and d["draws_missed"] == 1
+    assert "(measured once; stopped once the SLO was already broken)" in sentence
+    # The default's requests are kept, as every measured level's are, those the stop left
+    # unmeasured among them.
+    lines = (tmp_path / SAME_RATE_RECORDS).read_text().splitlines()
+    assert len(lines) == 8 and any("the replay stopped early" in line for line in lines)
 
 
 async def test_a_default_that_meets_says_so_and_the_report_shows_both(tmp_path):
     same = await _same_rate(tmp_path, "tpot_p99=60s")
     assert same["default"]["meets_slo"] and same["recommended"]["meets_slo"]
+    assert same["default"]["draws_stopped"] == 0  # a draw that holds runs to its end
     assert (
         same_rate_sentence(same)
         == f"At {RATE:.2f} req/s the vLLM default also meets the SLO (measured once)."
