@@ -30,6 +30,7 @@ from tuner.search.confirm import (
     repooled,
     worth_checking,
 )
+from tuner.search.fidelity import SIM_ERROR_BOUND
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
 from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
@@ -181,7 +182,8 @@ def prepare(
 
     mine = study_identity(settings, workload, mode, slo, target, space)
     study, workers, notes = join_study(storage, settings.resolved_study_name(), sampler,
-                                       settings.seed, CapacityPruner(), mine, setup)  # fmt: skip
+                                       settings.seed, CapacityPruner(SIM_ERROR_BOUND), mine,
+                                       setup)  # fmt: skip
     return TuneRun(settings, files, target, workload, space, study, mode, meter, scenario,
                    workers, notes)  # fmt: skip
 

@@ -244,8 +244,11 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     # config is told apart from the default's search.
     phases = rec["phases_s"]
     assert sum(phases.values()) == pytest.approx(rec["elapsed_s"], rel=1e-6), phases
-    assert {"starting", "measuring on the target: default",
-            "screening the space in virtual time"} <= set(phases), phases
+    assert {
+        "starting",
+        "measuring on the target: default",
+        "screening the space in virtual time",
+    } <= set(phases), phases
     if sim["configs_verified"]:
         assert phases["measuring on the target: screened"] > 0, phases
     if rec["best"] is not None:

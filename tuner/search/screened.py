@@ -89,7 +89,10 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         if not await _verify_next(run, simulator, budget, display):
             break
         log = await search(run, budget, display, queued_only=True)
-        await simulator.fit(run.meter, fidelity.real_levels(RunView.read(run.files, run.study)))
+        view = RunView.read(run.files, run.study)
+        if fidelity.summary(simulator, view.trials)["fell_back"]:
+            break  # the search falls back whatever the next verified config reads
+        await simulator.fit(run.meter, fidelity.real_levels(view))
     simulator.recording(False)
     log = await _check_simulator(run, simulator, budget, display, log, search)
     await _robustness(run, simulator, display)
