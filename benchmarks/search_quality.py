@@ -49,9 +49,10 @@ from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
 from tuner.run import run_tune
+from tuner.search.pruner import CapacityPruner
 from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import Scenario, enqueue_starting_configs
-from tuner.search.study import CapacityPruner, SamplerName, best_capacity, make_sampler
+from tuner.search.study import SamplerName, best_capacity, make_sampler
 from tuner.settings import (
     DEFAULT_LEVEL_S,
     DEFAULT_NUM_REQUESTS,

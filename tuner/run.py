@@ -10,7 +10,6 @@ from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
-from optuna.trial import TrialState
 
 from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
@@ -32,6 +31,7 @@ from tuner.search.confirm import (
 )
 from tuner.search.fidelity import SIM_ERROR_BOUND
 from tuner.search.loop import Budget, ConfirmPlan, SearchLog, search_to_the_end
+from tuner.search.pruner import CapacityPruner
 from tuner.search.screened import screens_with_simulator, search_with_simulator
 from tuner.search.space import SearchSpace, SpaceFacts, build_space
 from tuner.search.starting import (
@@ -42,9 +42,10 @@ from tuner.search.starting import (
 )
 from tuner.search.storage import open_storage
 from tuner.search.study import (
-    CapacityPruner,
     SamplerName,
     make_sampler,
+    queued_count,
+    queued_phase,
     recover_stale_trials,
     top_trials,
 )
@@ -229,27 +230,12 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
     runner = TrialRunner(run.meter, run.space, rate_search, run.files, display, run.mode,
                          s.rate_rps)  # fmt: skip
     plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps)
-    trials = _queued_count(run.study) if queued_only else s.trials
-    display.set_phase(_queued_phase(run.study) if queued_only
+    display.set_phase(queued_phase(run.study) if queued_only
                       else f"searching ({s.sampler}, {run.mode.value})")  # fmt: skip
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)
-    trials = _queued_count(run.study) if queued_only else s.trials
+    trials = queued_count(run.study) if queued_only else s.trials
     return await search_to_the_end(run.study, runner, trials, budget, plan, first_guess_s,
                                    run.workers)  # fmt: skip
-
-
-def _queued_phase(study: optuna.Study) -> str:
-    """The phase's name says what is queued (the default, a screened config), so the time per
-    phase in the report tells the default's search from the verification of screened ones."""
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    roles = sorted({str(attrs.role_of(t)).replace("_", " ") for t in waiting})
-    return "measuring on the target" + (f": {', '.join(roles)}" if roles else "")
-
-
-def _queued_count(study: optuna.Study) -> int:
-    """Finished plus waiting trials: the search stops once the queue is measured."""
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
-    return len(study.get_trials(deepcopy=False, states=states))
 
 
 async def confirm_top(run: TuneRun, view: RunView, budget: Budget) -> list[Candidate]:

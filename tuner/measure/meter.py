@@ -223,18 +223,15 @@ class Meter:
         machine stayed busy through a whole wait (`CpuGuard.settle`), the quietest is kept.
 
         Draw 0 is the search's: every config meets the same requests at the same times, so
-        configs differ by what they do, not by luck. A p99 over one level's requests belongs
-        to that draw, though, so a re-measurement takes another (`draw` > 0): other requests,
-        other arrival times.
+        configs differ by what they do, not by luck. A re-measurement takes another draw (a
+        p99 over one level's requests belongs to its draw): other requests and arrivals.
 
         `stop_failing` ends the level once the requests finished (pooled with `pooled_with`,
-        earlier runs at this rate) break the SLO beyond what the rest could mend: the same
-        verdict, without the drain of a failing level. `stop_rule` replaces that rule (the
-        same-traffic check's, search/confirm.py)."""
+        earlier runs at this rate; or by `stop_rule`) break the SLO beyond what the rest could
+        mend: the same verdict, without the drain of a failing level."""
         s, plan = self.settings, self.settings.replay
         if stop_failing and math.isfinite(rate_rps):
-            rule = stop_rule or SloBroken.of(self.slo, pooled_with)
-            plan = dataclasses.replace(plan, stop=rule)
+            plan = dataclasses.replace(plan, stop=stop_rule or SloBroken.of(self.slo, pooled_with))
         requests = s.requests_at(self.requests, rate_rps, draw)
         offsets = arrival_offsets(s.arrival, rate_rps=rate_rps, n=len(requests),
                                   seed=s.seed + draw, burstiness=s.burstiness)  # fmt: skip

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import optuna
-from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
@@ -109,52 +108,6 @@ def make_sampler(
 def constraints_func(trial: FrozenTrial) -> Sequence[float]:
     """Optuna's constraint values for `--rate` mode: each <= 0 when that SLO term holds."""
     return attrs.constraints_of(trial, missing=[1.0])
-
-
-class CapacityPruner(BasePruner):
-    """Prunes a search trial once its capacity provably cannot beat the best finished trial.
-
-    Each level reports the rate search's upper bound on the trial's capacity (the lowest rate
-    that failed, inf before any failure). A trial starts at the best capacity so far, so one that
-    fails there reports a bound equal to the best and is pruned after that single level.
-    Reference trials (the default config, the rule of thumb) always run to the end: the report
-    needs their capacity, not a bound.
-
-    With `gain_bound`, a config the simulator queued (search/fidelity.py) is pruned too once
-    its bound shows the simulator overstated its gain over the default by more than that: the
-    run then falls back to a real search whatever the rest of its levels read, and a walk down
-    from a prediction twice too high took seven levels (63 s) to find a capacity no better
-    than the default's.
-    """
-
-    def __init__(self, gain_bound: float | None = None) -> None:
-        self.gain_bound = gain_bound
-
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if attrs.role_of(trial).is_reference:
-            return False
-        step = trial.last_step
-        if step is None:
-            return False
-        bound, best = trial.intermediate_values[step], best_capacity(study)
-        if best > 0 and bound <= best:
-            return True
-        return self.gain_bound is not None and gain_overstated(study, trial, bound,
-                                                                self.gain_bound)  # fmt: skip
-
-
-def gain_overstated(study: optuna.Study, trial: FrozenTrial, upper_bound_rps: float,
-                    bound: float) -> bool:  # fmt: skip
-    """The simulated gain of a screened trial over the default (as it was queued) exceeds by
-    more than `bound` the most its measurement allows: its lowest failing rate over the
-    default's measured capacity (fidelity.summary's rule for the fall-back)."""
-    predicted = attrs.predicted_of(trial)
-    predicted_default = trial.user_attrs.get(attrs.PREDICTED_DEFAULT)
-    done = _complete(study, None)
-    default = next((t.value for t in done if attrs.role_of(t) is Role.DEFAULT), None)
-    if not predicted or not predicted_default or not default or not math.isfinite(upper_bound_rps):
-        return False
-    return (predicted / predicted_default) / (upper_bound_rps / default) - 1 > bound
 
 
 def best_capacity(study: optuna.Study) -> float:
@@ -321,3 +274,17 @@ def _complete(study: optuna.Study, trials: Sequence[FrozenTrial] | None) -> list
     if trials is None:
         return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     return [t for t in trials if t.state is TrialState.COMPLETE]
+
+
+def queued_phase(study: optuna.Study) -> str:
+    """A phase name that says what is queued (the default, a screened config), so the time per
+    phase in the report tells the default's search from the verification of screened ones."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    roles = sorted({str(attrs.role_of(t)).replace("_", " ") for t in waiting})
+    return "measuring on the target" + (f": {', '.join(roles)}" if roles else "")
+
+
+def queued_count(study: optuna.Study) -> int:
+    """Finished plus waiting trials: the search stops once the queue is measured."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
+    return len(study.get_trials(deepcopy=False, states=states))

@@ -17,8 +17,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.cli import main
 from tuner.errors import TuneError
+from tuner.search.pruner import CapacityPruner
 from tuner.search.storage import open_storage
-from tuner.search.study import CapacityPruner, SamplerName, make_sampler
+from tuner.search.study import SamplerName, make_sampler
 from tuner.search.workers import join_study
 from tuner.store import attrs
 

@@ -7,9 +7,10 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import TuneError
+from tuner.search.pruner import CapacityPruner
 from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import Scenario, enqueue_starting_configs
-from tuner.search.study import CapacityPruner, ask, has_role, storage_url
+from tuner.search.study import ask, has_role, storage_url
 from tuner.store.attrs import ENDING, ROLE, role_attrs
 from tuner.store.records import Role, TrialEnding
 from tuner.targets.knobs import KnobSpace

@@ -17,10 +17,11 @@ from tuner.errors import TuneError
 from tuner.measure.meter import Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.measure.verdict import VerdictRules
+from tuner.search.pruner import CapacityPruner
 from tuner.search.space import SpaceFacts, build_space
 from tuner.search.starting import Scenario, enqueue_starting_configs
 from tuner.search.storage import open_storage
-from tuner.search.study import CapacityPruner, SamplerName, make_sampler, recover_stale_trials
+from tuner.search.study import SamplerName, make_sampler, recover_stale_trials
 from tuner.search.trial import TrialRunner
 from tuner.search.workers import RETRY_WINDOW_S, join_study, next_trial, retry_pending, settle
 from tuner.store import attrs
