@@ -233,8 +233,7 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
             # read a 23% overstated gain from the ladder's steps alone, and sent a built-in
             # run to 5 minutes of real search that found nothing better.
             allowed = max(reached, t.upper_bound_rps or 0.0)
-            simulated_gain = predicted / t.predicted_default_rps
-            gain_err = _overshoot(simulated_gain, allowed / default.capacity_rps)
+            gain_err = gain_error(predicted, t.predicted_default_rps, allowed, default.capacity_rps)
         verified.append({"config": knobs_to_json(t.knobs), "simulated_rps": predicted,
                          "measured_rps": measured or None, "capacity_err": err,
                          "simulated_default_rps": t.predicted_default_rps,
@@ -247,6 +246,14 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
             "screen_s": simulator.screen_s, "model_source": simulator.source,
             "verified": verified, "max_error": worst, "max_gain_error": worst_gain,
             "error_bound": bound, "fell_back": worst_gain > bound}  # fmt: skip
+
+
+def gain_error(predicted_rps: float, predicted_default_rps: float, allowed_rps: float,
+               default_rps: float) -> float:  # fmt: skip
+    """How far the simulated gain over the default (both simulated by the model the config was
+    queued with) lies above the most the measurement allows (`allowed_rps`, up to its lowest
+    failing rate, over the default's measured capacity): what decides the fall-back."""
+    return _overshoot(predicted_rps / predicted_default_rps, allowed_rps / default_rps)
 
 
 def _overshoot(predicted: float, reached: float) -> float:
