@@ -11,7 +11,7 @@ Nothing here sleeps: a minute of serving replays in a fraction of a second.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine_lite.config import EngineConfig
@@ -64,9 +64,13 @@ def simulate(
     model: CostModel,
     requests: Sequence[SimRequest],
     step_log: list[StepFeatures] | None = None,
+    on_finish: Callable[[int, SimTimeline], bool] | None = None,
 ) -> list[SimTimeline]:
     """Replay `requests` through the real scheduler in virtual time; `step_log` (when given)
     receives each step's features, in order, for fitting a model to what clients saw.
+    `on_finish(i, timeline)` is told of each request that finished, in virtual-time order; True ends
+    the replay there, the timelines of the requests still running or not yet arrived left as
+    far as they got (a level whose verdict is already settled needs no more steps).
 
     The step loop is `LLMEngine`'s for the case it needs: every request ignores EOS and runs
     to its output length (or max_model_len), so a step only advances computed tokens, samples
@@ -107,6 +111,9 @@ def simulate(
                 done.append((req, RequestStatus.FINISHED_LENGTH))
                 timelines[int(req.request_id)].num_preemptions = req.num_preemptions
         sched.finish_requests(done)
+        ended = [int(req.request_id) for req, _ in done]
+        if on_finish is not None and any([on_finish(i, timelines[i]) for i in ended]):
+            break  # a list: every finished request is told, as a real client would be
     return timelines
 
 
