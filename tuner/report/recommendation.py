@@ -226,6 +226,7 @@ def _sim(view: RunView) -> dict[str, Any] | None:
             "configs_verified": summary["configs_verified"],
             "max_error": summary["max_error"], "error_bound": summary["error_bound"],
             "max_gain_error": summary.get("max_gain_error", summary["max_error"]),
+            "min_gain_error": summary.get("min_gain_error", summary["max_error"]),
             "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
             "model_source": summary["model_source"], "verified": summary["verified"]}  # fmt: skip
 

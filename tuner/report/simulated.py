@@ -33,11 +33,11 @@ def sim_note(rec: dict[str, Any]) -> str:
     sim = rec["sim"]
     bound = f"{sim['error_bound']:.0%}"
     verdict = (
-        f"it overstated a gain by more than {bound}, so the rest of the budget searched on the "
-        "target itself"
+        f"it overstated the gain of every config it chose by more than {bound}, so the rest "
+        "of the budget searched on the target itself"
         if sim["fell_back"]
-        else f"no gain was overstated by more than {bound}, so the search kept to the screened "
-        "configs"
+        else f"at least one config it chose held its gain within {bound}, so the search kept "
+        "to the screened configs"
     )
     return (
         f"{sim['configs_screened']} configs screened in virtual time, in {sim['screen_s']:.0f} s "
@@ -45,7 +45,8 @@ def sim_note(rec: dict[str, Any]) -> str:
         "pruned config's errors are reckoned from its lowest failing rate, which its capacity "
         "lies below; a gain is overstated only past the most its measurement allows (up to "
         "the config's first failing rate, over the default's capacity). The gain over the "
-        "default decides the fall-back, not the capacity: a "
+        "default decides the fall-back, not the capacity (the search falls back when no "
+        "verified config held its gain): a "
         "model errs for a config and the default alike, while a shared machine's speed drifts "
         f"between measurements minutes apart. Here {verdict}."
     )

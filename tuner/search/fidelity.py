@@ -212,7 +212,8 @@ def real_levels(view: RunView) -> list[RealLevel]:
 def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_ERROR_BOUND
             ) -> dict[str, Any]:  # fmt: skip
     """Simulated against measured for every verified config: its capacity error, and how far
-    the simulator overstated its gain over the default (what decides the fall-back)."""
+    the simulator overstated its gain over the default (what decides the fall-back: every
+    verified config's gain overstated past `bound`)."""
     default = next((t for t in trials if t.role is Role.DEFAULT and t.capacity_rps), None)
     verified = []
     for t in trials:
@@ -241,11 +242,18 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
     worst = max((v["capacity_err"] for v in verified), default=0.0)
     # A study queued before gains were recorded is judged on capacity, as it was then.
     judged = [v["gain_err"] if v["gain_err"] is not None else v["capacity_err"] for v in verified]
-    worst_gain = max(judged, default=0.0)
+    # The simulator only chooses what to measure, so it has failed when none of the configs it
+    # chose held its promise: the search then falls back. One config it overstated beside one
+    # it got right is a model that errs for some configs, and the refit after each verified
+    # config learns from it; one built-in run verified 256 / 128 adaptive within 5% of its
+    # simulated gain, then fell back on a second config overstated by 22%, and searched 250 s
+    # for real to confirm a config 6% better.
+    best_gain = min(judged, default=0.0)
     return {"configs_screened": simulator.screened, "configs_verified": len(verified),
             "screen_s": simulator.screen_s, "model_source": simulator.source,
-            "verified": verified, "max_error": worst, "max_gain_error": worst_gain,
-            "error_bound": bound, "fell_back": worst_gain > bound}  # fmt: skip
+            "verified": verified, "max_error": worst,
+            "max_gain_error": max(judged, default=0.0), "min_gain_error": best_gain,
+            "error_bound": bound, "fell_back": best_gain > bound}  # fmt: skip
 
 
 def gain_error(predicted_rps: float, predicted_default_rps: float, allowed_rps: float,

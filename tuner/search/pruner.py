@@ -25,10 +25,10 @@ class CapacityPruner(BasePruner):
     needs their capacity, not a bound.
 
     With `gain_bound`, a config the simulator queued (search/fidelity.py) is pruned too once
-    its bound shows the simulator overstated its gain over the default by more than that: the
-    run then falls back to a real search whatever the rest of its levels read, and a walk down
-    from a prediction twice too high took seven levels (63 s) to find a capacity no better
-    than the default's.
+    its bound shows the simulator overstated its gain over the default by more than that: it
+    can no longer show the simulator right, and a walk down from a prediction twice too high
+    took seven levels (63 s) to find a capacity no better than the default's. Those levels
+    are better spent on the next screened config, chosen by a model refitted on this one's.
     """
 
     def __init__(self, gain_bound: float | None = None) -> None:
