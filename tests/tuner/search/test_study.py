@@ -52,8 +52,8 @@ def test_reference_trials_are_never_pruned():
 def test_a_screened_config_is_pruned_once_its_simulated_gain_is_disproved():
     """The simulator put it at 7.37 req/s beside a default at 3.43 (2.15x); the default
     measured 2.96. Failing at 5.57 allows at most 1.88x (14% overstated, within a 20% bound):
-    it goes on; failing at 4.85 allows 1.64x (31% overstated): the run falls back to a real
-    search whatever it reads lower down, so it stops there."""
+    it goes on; failing at 4.85 allows 1.64x (31% overstated): it can no longer show the
+    simulator right, so it stops there and the next screened config gets the levels."""
     study = optuna.create_study(direction="maximize", pruner=CapacityPruner(gain_bound=0.2))
     study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
     study.tell(study.ask(), 2.96)
