@@ -230,6 +230,9 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     assert len([t for t in rec["trials"] if t["state"] != "fail"]) <= 2, roles
     assert sim["configs_screened"] >= 20 and sim["configs_verified"] >= 1, (roles, sim)
     assert sim["max_error"] >= 0 and sim["error_bound"] > 0
+    # The run fell back only if even the simulator's best pick missed its promised gain.
+    assert sim["min_gain_error"] <= sim["max_gain_error"]
+    assert sim["fell_back"] == (sim["min_gain_error"] > sim["error_bound"])
     for verified in sim["verified"]:
         assert verified["simulated_rps"] > 0 and verified["capacity_err"] >= 0
     # Fitted on the burst and a small-budget level first, the simulator placed the default:
