@@ -111,9 +111,10 @@ def simulate(
                 done.append((req, RequestStatus.FINISHED_LENGTH))
                 timelines[int(req.request_id)].num_preemptions = req.num_preemptions
         sched.finish_requests(done)
-        ended = [int(req.request_id) for req, _ in done]
-        if on_finish is not None and any([on_finish(i, timelines[i]) for i in ended]):
-            break  # a list: every finished request is told, as a real client would be
+        if on_finish is not None and done:
+            ended = [int(req.request_id) for req, _ in done]
+            if any([on_finish(i, timelines[i]) for i in ended]):
+                break  # a list: every finished request is told, as a real client would be
     return timelines
 
 

@@ -49,8 +49,7 @@ class SimTarget:
                                  warmup=i < warmup)
                    for i, (r, off) in enumerate(zip(requests, offsets, strict=True))]  # fmt: skip
         finished = plan.stop.watch(records) if plan and plan.stop else None
-        sim = [SimRequest(off, r.prompt_len, r.output_len) for r, off in
-               zip(requests, offsets, strict=True)]  # fmt: skip
+        sim = [SimRequest(r.scheduled_s, r.prompt_len, r.output_len) for r in records]
         stop_s: float | None = None
 
         def on_finish(i: int, timeline: SimTimeline) -> bool:
