@@ -102,6 +102,8 @@ def test_a_killed_run_resumes_without_losing_a_trial_and_reports(tmp_path, capsy
     kept = rec["headline"]["basis"] in ("within_noise", "default_best")
     assert kept == rec["summary"].startswith("keep the vLLM default")
     flagged = rec["default" if kept else "best"]["config"]["max_num_batched_tokens"]
+    # `recommended` is what the summary says to run, whichever it is.
+    assert rec["recommended"] == rec["default" if kept else "best"]
     assert f"--max-num-batched-tokens {flagged}" in rec["flags"]["vllm"]
     assert "--chunked-prefill-size" in rec["flags"]["sglang"]
     assert rec["flags"]["sglang_tested"] is False  # a translation, marked as such

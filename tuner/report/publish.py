@@ -184,7 +184,7 @@ def report_main(argv: list[str]) -> int:
         files, study, stored = open_shared(args.storage, args.study_name, out)
         rec = publish(files, study, stored)
     elif args.run_dir:
-        rec = _report_folder(Path(args.run_dir))
+        rec = report_folder(Path(args.run_dir))
     else:
         raise TuneError("tune report needs a run folder, or --storage URL --study-name NAME")
     if args.json:
@@ -194,7 +194,7 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
-def _report_folder(run_dir: Path) -> dict[str, Any]:
+def report_folder(run_dir: Path) -> dict[str, Any]:
     """A run folder's report: from the confirmation stored in its study, else the folder's,
     else rebuilt from its records."""
     files, study, stored = open_run(run_dir)

@@ -83,9 +83,13 @@ def build_recommendation(
         "run_dir": info.get("path") or str(view.files.root),
     }  # fmt: skip
     rec["headline"] = headline(rec)
+    # What the summary tells the reader to run: `best` is the best config confirmed, which the
+    # headline may still send back to the default as within noise of it.
+    rec["recommended"] = best if feasible else None
     if rec["headline"]["basis"] == WITHIN_NOISE and default is not None:
         # The default is the recommendation: its flags are the ones to keep (none changed).
         rec["flags"] = _flags(default["config"])
+        rec["recommended"] = default
     rec["summary"] = summary_line(rec)
     return clean_json(rec)
 
