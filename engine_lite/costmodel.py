@@ -40,10 +40,11 @@ class StepFeatures:
     small_rows: int = 0  # rows through the projections, up to SMALL_ROWS
 
     def vector(self) -> list[float]:
-        return [1.0, *(float(getattr(self, f.name)) for f in fields(self))]
+        return [1.0, *(float(getattr(self, name)) for name in _FIELDS)]
 
 
-FEATURE_NAMES = ("step", *(f.name for f in fields(StepFeatures)))
+_FIELDS = tuple(f.name for f in fields(StepFeatures))
+FEATURE_NAMES = ("step", *_FIELDS)
 # Features a profile saved before they existed lacks: read as 0, so it predicts as it did.
 LATER_FEATURES = ("small_rows",)
 SMALL_ROWS = 4
@@ -77,8 +78,20 @@ class CostModel:
     token_delivery_s: float = 0.0
     request_overhead_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        if len(self.coefficients) != len(FEATURE_NAMES):
+            raise EngineLiteError(
+                f"a cost model needs {len(FEATURE_NAMES)} coefficients ({FEATURE_NAMES}), "
+                f"got {len(self.coefficients)}"
+            )
+
     def step_s(self, f: StepFeatures) -> float:
-        return sum(c * x for c, x in zip(self.coefficients, f.vector(), strict=True))
+        # Written out, in `vector()`'s order and summed left to right as `sum()` would: the
+        # simulator asks this once a step, and a virtual-time figure must not move by a bit.
+        c = self.coefficients
+        return (0 + c[0] * 1.0 + c[1] * f.num_reqs + c[2] * f.prefill_chunks
+                + c[3] * f.prefill_tokens + c[4] * f.prefill_attn + c[5] * f.decode_context
+                + c[6] * f.sampled + c[7] * f.small_rows)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {

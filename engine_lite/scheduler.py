@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine_lite.block_manager import BlockManager
 from engine_lite.config import EngineConfig, Policy
-from engine_lite.costmodel import StepFeatures, features_of
+from engine_lite.costmodel import SMALL_ROWS, StepFeatures
 from engine_lite.errors import EngineLiteError
 from engine_lite.request import Request, RequestStatus
 
@@ -36,19 +36,27 @@ class SchedulerOutput:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     def count_kinds(self) -> None:
-        """Prefill and decode totals of the final batch, and its cost-model features."""
-        entries = []
+        """Prefill and decode totals of the final batch, and its cost-model features
+        (`features_of`, in one pass: the simulator runs this once a step)."""
+        prefill_tokens = decode_tokens = prefill_reqs = chunks = ctx = sampled = 0
+        attn = 0.0
         for req, n in self.scheduled:
-            prefill = req.is_prefill
-            if prefill:
-                self.num_prefill_tokens += n
-                self.num_prefill_reqs += 1
+            computed, known = req.num_computed_tokens, req.num_tokens
+            sampled += computed + n == known
+            if not req.output_token_ids or known - computed > 1:  # req.is_prefill, inlined
+                prefill_tokens += n
+                prefill_reqs += 1
+                chunks += n > 1
+                attn += n * (computed + n / 2)
             else:
-                self.num_decode_tokens += n
-                self.num_decode_reqs += 1
-            computed = req.num_computed_tokens
-            entries.append((computed, n, prefill, computed + n == req.num_tokens))
-        self.features = features_of(entries)
+                decode_tokens += n
+                ctx += computed + n
+        self.num_prefill_tokens, self.num_prefill_reqs = prefill_tokens, prefill_reqs
+        self.num_decode_tokens = decode_tokens
+        self.num_decode_reqs = len(self.scheduled) - prefill_reqs
+        rows = min(prefill_tokens + decode_tokens, SMALL_ROWS)
+        self.features = StepFeatures(len(self.scheduled), chunks, prefill_tokens, attn, ctx,
+                                     sampled, rows)  # fmt: skip
 
 
 def step_threshold(
@@ -103,7 +111,12 @@ class Scheduler:
     """Token budget, sequence limit and paged KV blocks, per step, as vLLM 0.32 V1."""
 
     def __init__(
-        self, config: EngineConfig, num_blocks: int, block_size: int, max_model_len: int
+        self,
+        config: EngineConfig,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        check_invariants: bool = True,
     ) -> None:
         if config.max_num_batched_tokens is None or config.max_num_seqs is None:
             raise EngineLiteError(
@@ -120,6 +133,9 @@ class Scheduler:
         self.running: list[Request] = []  # admission order: the last one is the newest
         self.num_preemptions_total = 0
         self._requests: dict[str, Request] = {}
+        # Every step is checked against the budget, the sequence limit and its blocks; the
+        # simulator, which replays millions of steps of this same code, may skip the check.
+        self.check_invariants = check_invariants
 
     # ---- queue management -------------------------------------------------------------
 
@@ -206,21 +222,24 @@ class Scheduler:
             self._schedule_waiting(step)
             self._schedule_running(step, decodes)
         step.out.count_kinds()
-        self._check_invariants(step.out)
+        if self.check_invariants:
+            self._check_invariants(step.out)
         return step.out
 
     def _schedule_running(self, step: _Step, reqs: list[Request]) -> None:
         """vLLM's running pass (scheduler.py 653-848): each request in admission order gets
         its chunk; when its blocks do not fit, the newest running request is preempted until
         they do, and if that was the request itself, the pass ends."""
-        index = 0
+        index, block_size, running = 0, self.block_manager.block_size, RequestStatus.RUNNING
         while index < len(reqs) and step.budget > 0:
             req = reqs[index]
             index += 1
-            if req.status is not RequestStatus.RUNNING:
+            if req.status is not running:
                 continue  # preempted earlier in this step (prefill-first's second pass)
             n = min(step.chunk(req), step.budget)
-            if not self._allocate_or_preempt(req, n, step):
+            # Most steps of a decode fit in the blocks it holds: no allocation to try then.
+            fits = len(req.block_table) * block_size >= req.num_computed_tokens + n
+            if not fits and not self._allocate_or_preempt(req, n, step):
                 break
             step.add(req, n)
 

@@ -78,9 +78,13 @@ def simulate(
     reached their length; no runner, events or stats objects.
     """
     config, _ = config.resolved(shape.device, shape.max_model_len)
-    sched = Scheduler(config, shape.num_kv_blocks, shape.block_size, shape.max_model_len)
+    # The invariants are checked wherever the engine runs this scheduler (and in its tests);
+    # unchecked here, a screening of the space runs about a tenth faster.
+    sched = Scheduler(config, shape.num_kv_blocks, shape.block_size, shape.max_model_len,
+                      check_invariants=False)  # fmt: skip
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
     timelines = [SimTimeline(r.arrival_s) for r in requests]
+    timeline_of = {str(i): tl for i, tl in enumerate(timelines)}  # by request_id
     ready_s = [r.arrival_s + model.request_overhead_s for r in requests]
     clock, nxt, step, max_len = 0.0, 0, -1, shape.max_model_len
     while nxt < len(order) or sched.has_unfinished():
@@ -102,14 +106,14 @@ def simulate(
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:
                 continue  # a prefill chunk that is not the last
-            req.output_token_ids.append(_TOKEN)
-            timelines[int(req.request_id)].token_times_s.append(seen_s)
-            timelines[int(req.request_id)].token_steps.append(step)
-            if len(req.output_token_ids) >= req.sampling_params.max_tokens or (
-                req.num_tokens >= max_len
-            ):
+            outputs = req.output_token_ids
+            outputs.append(_TOKEN)
+            tl = timeline_of[req.request_id]
+            tl.token_times_s.append(seen_s)
+            tl.token_steps.append(step)
+            if len(outputs) >= req.sampling_params.max_tokens or req.num_tokens >= max_len:
                 done.append((req, RequestStatus.FINISHED_LENGTH))
-                timelines[int(req.request_id)].num_preemptions = req.num_preemptions
+                tl.num_preemptions = req.num_preemptions
         sched.finish_requests(done)
         if on_finish is not None and done:
             ended = [int(req.request_id) for req, _ in done]

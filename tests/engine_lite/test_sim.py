@@ -1,12 +1,16 @@
 """The simulator: the real scheduler in virtual time, each step as long as the cost model says."""
 
 import itertools
+import random
 import time
 
 import pytest
 
 from engine_lite import EngineConfig, EngineLiteError
 from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, features_of, fit
+from engine_lite.request import Request, RequestStatus
+from engine_lite.sampling_params import SamplingParams
+from engine_lite.scheduler import Scheduler
 from engine_lite.sim import SimEngine, SimRequest, simulate
 
 SHAPE = SimEngine(num_kv_blocks=4096, block_size=16, max_model_len=8192)
@@ -74,3 +78,43 @@ def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did(
     del saved["coefficients"]["num_reqs"]  # a feature every profile has: malformed without it
     with pytest.raises(EngineLiteError, match="num_reqs"):
         CostModel.from_json(saved)
+
+
+def test_a_step_costs_the_dot_product_of_its_features_to_the_bit():
+    # step_s is written out for speed; a virtual-time figure must not move by a bit for it.
+    rng = random.Random(3)
+    model = CostModel(tuple(rng.uniform(0, 1e-3) for _ in FEATURE_NAMES))
+    for _ in range(200):
+        f = StepFeatures(*(rng.randrange(0, 5000) for _ in range(3)), rng.uniform(0, 1e7),
+                         *(rng.randrange(0, 5000) for _ in range(3)))  # fmt: skip
+        dot = sum(c * x for c, x in zip(model.coefficients, f.vector(), strict=True))
+        assert model.step_s(f) == dot
+    with pytest.raises(EngineLiteError, match="8 coefficients"):
+        CostModel((0.001, 0.0))
+
+
+def test_each_step_reports_the_features_of_the_batch_it_scheduled():
+    cfg, _ = EngineConfig(max_num_batched_tokens=256, max_num_seqs=16,
+                          long_prefill_token_threshold=64).resolved(SHAPE.device, 8192)  # fmt: skip
+    sched = Scheduler(cfg, 48, 16, 8192)
+    for i in range(24):
+        params = SamplingParams(max_tokens=40 + 9 * (i % 9))
+        sched.add_request(Request(str(i), [7] * (20 + 53 * (i % 7)), params, 0.0))
+    steps = 0
+    while sched.has_unfinished():
+        out = sched.schedule()
+        batch = [(r.num_computed_tokens, n, r.is_prefill, r.num_computed_tokens + n == r.num_tokens)
+                 for r, n in out.scheduled]  # fmt: skip
+        assert out.features == features_of(batch)
+        assert out.num_prefill_reqs + out.num_decode_reqs == len(out.scheduled)
+        assert out.total_num_scheduled_tokens == sum(n for _, n in out.scheduled)
+        done = []
+        for req, n in out.scheduled:
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:
+                req.output_token_ids.append(7)
+                if len(req.output_token_ids) >= req.sampling_params.max_tokens:
+                    done.append((req, RequestStatus.FINISHED_LENGTH))
+        sched.finish_requests(done)
+        steps += 1
+    assert steps > 100 and sched.num_preemptions_total > 0  # a small cache: preemptions too
