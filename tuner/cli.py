@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", help="a `tune profile` file for the simulator (default: fit "
                    "one on the target at the start)")
     s.add_argument("--verify-top", type=int, default=2, help="screened configs measured on "
-                   "the target besides the default (default 2)")
+                   "the target besides the default (default 2; as many again while every one "
+                   "overstated its gain)")
     s.add_argument("--robust", action="store_true", help="recommend the confirmed config whose "
                    "worst simulated capacity across the traffic band (long-prompt fraction "
                    "x0.5-1.5, burstiness 0.5-2) is best, not the fastest on the workload itself")

@@ -5,6 +5,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.search.fidelity import Simulator, summary
+from tuner.search.screened import keep_verifying
 from tuner.store.records import Role, TrialRecord
 
 DEFAULT = {"max_num_batched_tokens": 2048}
@@ -107,3 +108,26 @@ def test_one_config_the_simulator_got_right_keeps_the_search_on_its_picks():
                    upper=5.75)  # fmt: skip
     out = summary(simulator(), [default, missed, wrong], bound=0.2)
     assert out["fell_back"] and out["min_gain_error"] > 0.2
+
+
+def test_a_simulator_that_missed_every_pick_chooses_again_before_the_real_search():
+    # s2 of docs/tuner.md: 432 / 32 and 256 / 64 (adaptive) simulated at 11.12 and 9.60 beside
+    # a default at 7.16, each failing one tolerance step below, the default measured at 7.82.
+    default = trial(0, Role.DEFAULT, DEFAULT, 7.82, upper=8.99)
+    first = trial(1, Role.SCREENED, MID, 0.0, predicted=11.12, default_predicted=7.16,
+                  upper=9.67, state=TrialState.PRUNED)  # fmt: skip
+    second = trial(2, Role.SCREENED, SMALL, 0.0, predicted=9.60, default_predicted=7.16,
+                   upper=8.35, state=TrialState.PRUNED)  # fmt: skip
+    missed = summary(simulator(), [default, first, second], bound=0.2)
+    assert missed["fell_back"]
+    # The first verify_top rounds always run; past them only while every pick missed, and at
+    # most as many again.
+    assert [keep_verifying(r, 2, missed) for r in range(5)] == [True, True, True, True, False]
+    # A third pick that holds its gain (256 at 8.65 measured, simulated 1.15x the default)
+    # ends the extra rounds, and the run keeps to the simulator's picks.
+    third = trial(3, Role.SCREENED, {"max_num_batched_tokens": 272}, 8.65, predicted=8.20,
+                  default_predicted=7.16, upper=9.57)  # fmt: skip
+    held = summary(simulator(), [default, first, second, third], bound=0.2)
+    assert not held["fell_back"] and held["configs_verified"] == 3
+    assert not keep_verifying(3, 2, held)
+    assert [keep_verifying(r, 2, {"fell_back": False}) for r in range(3)] == [True, True, False]
