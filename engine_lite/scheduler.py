@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine_lite.block_manager import BlockManager
 from engine_lite.config import EngineConfig, Policy
-from engine_lite.costmodel import SMALL_ROWS, StepFeatures
+from engine_lite.costmodel import StepFeatures, features_of
 from engine_lite.errors import EngineLiteError
 from engine_lite.request import Request, RequestStatus
 
@@ -36,27 +36,19 @@ class SchedulerOutput:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     def count_kinds(self) -> None:
-        """Prefill and decode totals of the final batch, and its cost-model features
-        (`features_of`, in one pass: the simulator runs this once a step)."""
-        prefill_tokens = decode_tokens = prefill_reqs = chunks = ctx = sampled = 0
-        attn = 0.0
+        """Prefill and decode totals of the final batch, and its cost-model features."""
+        entries = []
         for req, n in self.scheduled:
-            computed, known = req.num_computed_tokens, req.num_tokens
-            sampled += computed + n == known
-            if not req.output_token_ids or known - computed > 1:  # req.is_prefill, inlined
-                prefill_tokens += n
-                prefill_reqs += 1
-                chunks += n > 1
-                attn += n * (computed + n / 2)
+            prefill = req.is_prefill
+            if prefill:
+                self.num_prefill_tokens += n
+                self.num_prefill_reqs += 1
             else:
-                decode_tokens += n
-                ctx += computed + n
-        self.num_prefill_tokens, self.num_prefill_reqs = prefill_tokens, prefill_reqs
-        self.num_decode_tokens = decode_tokens
-        self.num_decode_reqs = len(self.scheduled) - prefill_reqs
-        rows = min(prefill_tokens + decode_tokens, SMALL_ROWS)
-        self.features = StepFeatures(len(self.scheduled), chunks, prefill_tokens, attn, ctx,
-                                     sampled, rows)  # fmt: skip
+                self.num_decode_tokens += n
+                self.num_decode_reqs += 1
+            computed = req.num_computed_tokens
+            entries.append((computed, n, prefill, computed + n == req.num_tokens))
+        self.features = features_of(entries)
 
 
 def step_threshold(
@@ -230,16 +222,14 @@ class Scheduler:
         """vLLM's running pass (scheduler.py 653-848): each request in admission order gets
         its chunk; when its blocks do not fit, the newest running request is preempted until
         they do, and if that was the request itself, the pass ends."""
-        index, block_size, running = 0, self.block_manager.block_size, RequestStatus.RUNNING
+        index = 0
         while index < len(reqs) and step.budget > 0:
             req = reqs[index]
             index += 1
-            if req.status is not running:
+            if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step (prefill-first's second pass)
             n = min(step.chunk(req), step.budget)
-            # Most steps of a decode fit in the blocks it holds: no allocation to try then.
-            fits = len(req.block_table) * block_size >= req.num_computed_tokens + n
-            if not fits and not self._allocate_or_preempt(req, n, step):
+            if not self._allocate_or_preempt(req, n, step):
                 break
             step.add(req, n)
 

@@ -87,7 +87,7 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         display.line("too few engine steps to fit a simulator: searching for real")
         return await search(run, budget, display)
     for rounds in itertools.count():
-        summary = fidelity.summary(simulator, RunView.read(run.files, run.study).trials)
+        summary = fidelity.summary(simulator, view.trials)  # as of the last refit's read
         if not keep_verifying(rounds, s.verify_top, summary):
             break
         if rounds == s.verify_top:
