@@ -207,6 +207,29 @@ class AsyncEngine:
         finally:
             self._admitting.set()
 
+    async def while_idle(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(runner)` once the engine has drained, with new requests held back and the step
+        thread kept out: a measurement on the engine's own weights and KV tensors, in blocks
+        no request holds (there is no prefix cache whose free blocks could be read again)."""
+        self._admitting.clear()
+        try:
+            while True:
+                with self._cond:
+                    idle = not self._engine.has_unfinished()
+                if idle:
+                    done, result = await asyncio.to_thread(self._if_idle, fn)
+                    if done:
+                        return result
+                await asyncio.sleep(0.005)
+        finally:
+            self._admitting.set()
+
+    def _if_idle(self, fn: Callable[[Any], Any]) -> tuple[bool, Any]:
+        with self._cond:  # the step thread waits for this lock before it schedules
+            if self._engine.has_unfinished():
+                return False, None
+            return True, fn(self._engine.runner)
+
     # ---- the step thread ----------------------------------------------------------------
 
     def _run(self) -> None:

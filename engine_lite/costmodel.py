@@ -122,8 +122,11 @@ class FitReport:
     p90_rel_error: float
 
 
-def fit(samples: Sequence[tuple[StepFeatures, float]], **latencies: float) -> FitReport:
-    """Non-negative least squares of step seconds on features, on relative error."""
+def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = None,
+        **latencies: float) -> FitReport:  # fmt: skip
+    """Non-negative least squares of step seconds on features, on relative error. With
+    `chunk_s`, what one prefill chunk was measured to add to a step apart from its tokens
+    (`engine_lite.probe`: the chunk and its request row), the rest is fitted around it."""
     if len(samples) < len(FEATURE_NAMES):
         raise EngineLiteError(
             f"{len(samples)} step samples cannot fit {len(FEATURE_NAMES)} coefficients; "
@@ -134,10 +137,25 @@ def fit(samples: Sequence[tuple[StepFeatures, float]], **latencies: float) -> Fi
     if not (y > 0).all():
         raise EngineLiteError("step durations must be positive; the profile is corrupt")
     w = 1.0 / y  # relative error: every step counts alike, short or long
-    coef = nnls(x * w[:, None], y * w)
+    coef = nnls(x * w[:, None], y * w) if chunk_s is None else _around_chunk(x, y, w, chunk_s)
     model = CostModel(tuple(float(c) for c in coef), **latencies)
     rel = np.abs(x @ coef - y) / y
     return FitReport(model, len(y), float(np.median(rel)), float(np.quantile(rel, 0.9)))
+
+
+_REQ, _CHUNK = FEATURE_NAMES.index("num_reqs"), FEATURE_NAMES.index("prefill_chunks")
+
+
+def _around_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float) -> np.ndarray:
+    """The fit with a chunk's row and its own cost summing to `chunk_s`: the request cost is
+    fitted on the other rows, the chunk's is what the probe measured beyond it."""
+    rows = x.copy()
+    rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
+    rest = [i for i in range(x.shape[1]) if i != _CHUNK]
+    coef = np.zeros(x.shape[1])
+    coef[rest] = nnls(rows[:, rest] * w[:, None], (y - chunk_s * x[:, _CHUNK]) * w)
+    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ])
+    return coef
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:

@@ -71,6 +71,26 @@ def test_fit_recovers_the_coefficients_that_made_the_steps():
     assert len(FEATURE_NAMES) == len(StepFeatures().vector())
 
 
+def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unidentified():
+    # Serving steps whose chunks are all 64 tokens: chunk count and prefill tokens move
+    # together, so the fit alone splits their cost arbitrarily and a lone 512-token chunk
+    # (a large budget's step) is read at half its time.
+    truth = CostModel((0.003, 1e-4, 7e-4, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4))
+    samples = []
+    for i in range(120):
+        decodes = [(100 + i * 7 % 300, 1, False, True)] * (1 + i % 24)
+        chunks = [(64 * k + i % 5 * 64, 64, True, False) for k in range(i % 4)]
+        f = features_of(decodes + chunks)
+        samples.append((f, truth.step_s(f)))
+    lone = features_of([(0, 512, True, True)] + [(200, 1, False, True)] * 8)
+    alone = fit(samples).model
+    assert alone.step_s(lone) < 0.7 * truth.step_s(lone)
+    # The probe measures a chunk with its request row: 0.7 + 0.1 ms.
+    pinned = fit(samples, chunk_s=8e-4).model
+    assert abs(pinned.step_s(lone) / truth.step_s(lone) - 1) < 0.01
+    assert abs(pinned.coefficients[1] + pinned.coefficients[2] - 8e-4) < 1e-9
+
+
 def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
     saved = MODEL.to_json()
     del saved["coefficients"]["small_rows"]

@@ -232,7 +232,8 @@ def _sim(view: RunView) -> dict[str, Any] | None:
             "max_gain_error": summary.get("max_gain_error", summary["max_error"]),
             "min_gain_error": summary.get("min_gain_error", summary["max_error"]),
             "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
-            "model_source": summary["model_source"], "verified": summary["verified"]}  # fmt: skip
+            "model_source": summary["model_source"], "verified": summary["verified"],
+            "chunk_probe": summary.get("chunk_probe")}  # fmt: skip
 
 
 def _robustness(view: RunView) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from typing import Any
 import optuna
 
 from engine_lite.costmodel import CostModel, fit
+from engine_lite.probe import ChunkProbe, probe_chunk_cost
 from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
@@ -75,6 +76,8 @@ class Simulator:
     fit_size: int = 0  # steps (or request spans) the model was fitted on
     fit_error: float = 0.0  # the fit's median (spans: mean) relative error on them
     fit_p90_error: float = 0.0
+    chunk: ChunkProbe | None = None  # what a prefill chunk costs, measured apart (built-in)
+    probed: bool = False
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
@@ -96,6 +99,7 @@ class Simulator:
     async def fit(self, meter: Meter, levels: list[RealLevel]) -> bool:
         """(Re)fit the model: on the engine's steps, on what vLLM's clients saw, or the
         profile's refitted to the real levels; False when there is not enough to fit on."""
+        await self._probe()
         fitted = self._fit_model(levels)
         if fitted is None:
             return False
@@ -115,6 +119,15 @@ class Simulator:
             self.source += f", step time x{refitted.scale:.2f} to match {len(levels)} real levels"
         return True
 
+    async def _probe(self) -> None:
+        """Once, on the built-in engine between levels: the cost of a prefill chunk, which
+        serving steps leave unidentified (`engine_lite.probe`)."""
+        engine = getattr(self.target, "engine", None)
+        if self.probed or self.steps is None or not hasattr(engine, "while_idle"):
+            return
+        self.probed = True
+        self.chunk = await engine.while_idle(probe_chunk_cost)
+
     def _fit_model(self, levels: list[RealLevel]) -> tuple[SimEngine, CostModel] | None:
         if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
             engine: Any = self.target.engine
@@ -122,7 +135,10 @@ class Simulator:
             self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
             if self.steps.rejected:
                 self.source += f" ({self.steps.rejected} of levels measured again left out)"
-            report = fit(self.steps.samples)
+            report = fit(self.steps.samples, self.chunk.chunk_s if self.chunk else None)
+            if self.chunk is not None:
+                self.source += (f"; a prefill chunk {self.chunk.chunk_s * 1e3:.2f} ms, "
+                                "measured apart")  # fmt: skip
             self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
             self.fit_p90_error = report.p90_rel_error
             return shape, report.model
@@ -251,6 +267,7 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
     best_gain = min(judged, default=0.0)
     return {"configs_screened": simulator.screened, "configs_verified": len(verified),
             "screen_s": simulator.screen_s, "model_source": simulator.source,
+            "chunk_probe": simulator.chunk.to_json() if simulator.chunk else None,
             "verified": verified, "max_error": worst,
             "max_gain_error": max(judged, default=0.0), "min_gain_error": best_gain,
             "error_bound": bound, "fell_back": best_gain > bound}  # fmt: skip
