@@ -54,7 +54,11 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     rec = json.loads((Path(args.run_dir) / "recommendation.json").read_text())
-    slo, rate = rec["slo"], rec["best"]["capacity_rps"]
+    # What the report tells the reader to run: `best`, or the default when the headline found
+    # the two within noise (then there is no gap over the default to check).
+    pick = rec.get("recommended") or rec["best"]
+    is_default = pick["config"] == rec["default"]["config"]
+    slo, rate = rec["slo"], pick["capacity_rps"]
     default_rps = rec["default"]["capacity_rps"]
     # Each loadgen run is as long as one of the run's levels at that rate.
     info = json.loads((Path(args.run_dir) / "run.json").read_text())
@@ -71,11 +75,11 @@ def main() -> None:
     missed = {k: sum(r["schedule_ok"] and not r["slo_met"] for r in v) for k, v in runs.items()}
     n = args.repeats
     result = {
-        "run": args.run_dir, "slo": slo, "recommended": rec["best"]["config"],
+        "run": args.run_dir, "slo": slo, "recommended": pick["config"],
         "recommended_rps": rate, "default_rps": default_rps, "min_requests_per_level": floor,
         "runs": runs, "met": met, "missed": missed,
         "recommendation_holds": met["recommended_at_its_rate"] == n
-        and missed["default_at_recommended_rate"] == n,
+        and (is_default or missed["default_at_recommended_rate"] == n),
         "default_capacity_agrees": met["default_at_its_capacity"] * 2 > n
         and missed["default_at_1_5x_its_capacity"] * 2 > n,
     }  # fmt: skip

@@ -60,9 +60,16 @@ def test_a_ratio_over_a_default_figure_that_did_not_hold_says_so():
     text = summary_line(r)
     assert "the vLLM default's 9.22, a figure that did not hold when re-measured" in text
     assert text.endswith("(not checked at the same traffic)")
+    # Checked at the same traffic, it missed there: the gap is shown, but not its size. A run
+    # read "7.52 req/s, 0.98x the vLLM default's 7.63" with the default missing at 7.52.
     r = rec(default_meets=False)
     r["default"]["held_when_remeasured"] = False
-    assert "did not hold when re-measured; at that rate the default misses" in summary_line(r)
+    r["headline"] = headline(r)
+    assert r["headline"] == {"basis": SAME_TRAFFIC, "claimed_ratio": None}
+    text = summary_line(r)
+    assert "1.26x" not in text
+    assert ("the vLLM default's search read 5.00 req/s, a figure that did not hold when "
+            "re-measured; at that rate the default misses") in text  # fmt: skip
 
 
 def test_a_default_sunk_pooled_by_one_bad_draw_does_not_make_a_claim():
