@@ -237,6 +237,10 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     assert sim["fell_back"] == (sim["min_gain_error"] > sim["error_bound"])
     for verified in sim["verified"]:
         assert verified["simulated_rps"] > 0 and verified["capacity_err"] >= 0
+    # A prefill chunk's cost was measured on the engine, not left to the fit.
+    probe = sim["chunk_probe"]
+    assert probe["chunk_ms"] > 0 and "measured apart" in sim["model_source"]
+    assert probe["step_ms"]["512/16"] > probe["step_ms"]["512/1"]
     # Fitted on the burst and a small-budget level first, the simulator placed the default:
     # its search started at its simulated capacity, not at --start-rate.
     done, _ = finished(run_dir)
