@@ -168,14 +168,19 @@ class Simulator:
             screening = await screen(self.sim, self.meter, configs, start_rps)
         self.screen_s += screening.wall_s
         self.screened = max(self.screened, len(screening.ranked))
-        seen = {key(s.knobs) for s in screening.ranked}
-        self.ranked = screening.ranked + [s for s in self.ranked if key(s.knobs) not in seen]
-        self.ranked.sort(key=lambda s: -s.capacity_rps)
         # The default under this same model: what a verified config's simulated gain is over.
-        default = space.default_config()
+        default, before = space.default_config(), self.default_rps
         ours = next((s for s in screening.ranked if key(s.knobs) == key(default)), None)
         self.default_rps = (ours.capacity_rps if ours is not None
                             else await self.capacity_of(default, start_rps))  # fmt: skip
+        seen = {key(s.knobs) for s in screening.ranked}
+        stale = [s for s in self.ranked if key(s.knobs) not in seen]
+        if stale and before and self.default_rps:
+            # Not screened again: moved as the default moved under the new model, so a refit
+            # that slows every config does not leave them ranked above those screened again.
+            factor = self.default_rps / before
+            stale = [dataclasses.replace(s, capacity_rps=s.capacity_rps * factor) for s in stale]
+        self.ranked = sorted(screening.ranked + stale, key=lambda s: -s.capacity_rps)
         return self.ranked
 
     async def capacity_of(self, knobs: Knobs, start_rps: float) -> float:

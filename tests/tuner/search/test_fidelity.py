@@ -131,3 +131,36 @@ def test_a_simulator_that_missed_every_pick_chooses_again_before_the_real_search
     assert not held["fell_back"] and held["configs_verified"] == 3
     assert not keep_verifying(3, 2, held)
     assert [keep_verifying(r, 2, {"fell_back": False}) for r in range(3)] == [True, True, False]
+
+
+async def test_configs_not_screened_again_after_a_refit_move_with_the_default(monkeypatch):
+    # The refit read every config 30% slower; only the best 24 are screened again. A config
+    # ranked 25th under the old model kept its old 5.0 req/s, above every re-screened one
+    # (4.2-5.6 x 0.7), and would have been verified next on a figure no model holds any more.
+    from tuner.search import fidelity
+    from tuner.sim.screen import Screened, Screening
+
+    old = {i: 6.0 + 0.1 * i for i in range(24)}
+    configs = [{"max_num_batched_tokens": 256 + 16 * i} for i in range(24)]
+    configs[0] = DEFAULT
+
+    async def rescreened(sim, meter, knobs_list, start_rps):
+        index = {str(k): i for i, k in enumerate(configs)}
+        out = [Screened(k, 0.7 * old[index[str(k)]], 3) for k in knobs_list]
+        return Screening(sorted(out, key=lambda s: -s.capacity_rps), 0.01)
+
+    monkeypatch.setattr(fidelity, "screen", rescreened)
+    sim = simulator()
+    sim.sim, sim.meter = object(), object()
+    last = {"max_num_batched_tokens": 8192}
+    sim.ranked = sorted([Screened(k, old[i], 3) for i, k in enumerate(configs)]
+                        + [Screened(last, 5.0, 3)], key=lambda s: -s.capacity_rps)  # fmt: skip
+    sim.default_rps = old[0]
+
+    class Space:
+        def default_config(self):
+            return DEFAULT
+
+    ranked = await sim.rescreen(Space(), 5.0)
+    assert sim.default_rps == pytest.approx(0.7 * old[0])
+    assert ranked[-1].knobs == last and ranked[-1].capacity_rps == pytest.approx(3.5)
