@@ -196,21 +196,12 @@ class AsyncEngine:
                 f"({', '.join(SCHEDULER_KNOBS)})"
             )
         new_config = self._engine.requested_config.replace(**scheduler_knobs)
-        self._admitting.clear()
-        try:
-            while True:
-                with self._cond:
-                    if not self._engine.has_unfinished():
-                        self._engine.reconfigure(new_config)
-                        return
-                await asyncio.sleep(0.005)
-        finally:
-            self._admitting.set()
+        await self.while_idle(lambda _runner: self._engine.reconfigure(new_config))
 
     async def while_idle(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(runner)` once the engine has drained, with new requests held back and the step
-        thread kept out: a measurement on the engine's own weights and KV tensors, in blocks
-        no request holds (there is no prefix cache whose free blocks could be read again)."""
+        thread kept out: a config swap, or a measurement on the engine's own weights and KV
+        tensors in blocks no request holds (no prefix cache keeps free blocks to read again)."""
         self._admitting.clear()
         try:
             while True:
