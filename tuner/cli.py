@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
+from tuner.measure.draws import LevelMix
 from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
 from tuner.settings import (
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = p.add_argument_group("workload")
     w.add_argument("--workload", default="mixed", help="preset (default: mixed)")
     w.add_argument("--num-requests", type=int, help="size of the seeded request list levels "
-                   f"replay a prefix of (default {DEFAULT_NUM_REQUESTS} on CPU, "
+                   f"draw from (default {DEFAULT_NUM_REQUESTS} on CPU, "
                    f"{DEFAULT_NUM_REQUESTS_GPU} on a GPU)")
     w.add_argument("--level-seconds", type=float, default=DEFAULT_LEVEL_S, help="seconds of "
                    f"arrivals per load level (default {DEFAULT_LEVEL_S:g}); 0 replays the whole "
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"however short its seconds (default {MIN_REQUESTS_PER_LEVEL}; "
                    f"{MIN_REQUESTS_PER_LEVEL_VLLM} with --engine vllm, whose p99 over fewer "
                    "moves with the arrival draw)")
+    w.add_argument("--level-mix", default=LevelMix.STRATIFIED.value,
+                   choices=[m.value for m in LevelMix], help="which requests a level takes: "
+                   "stratified (default) carries the list's prompt-length mix in every draw; "
+                   "contiguous takes the next stretch of the list")
     w.add_argument("--workload-seed", type=int, default=0)
     w.add_argument("--arrival", default="poisson", help="poisson, gamma or constant")
     w.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")

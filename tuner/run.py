@@ -15,6 +15,7 @@ from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard
+from tuner.measure.draws import LevelMix
 from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
@@ -166,6 +167,7 @@ def prepare(
     level = LevelSettings(arrival=settings.arrival, burstiness=settings.burstiness,
                           seed=settings.workload_seed, duration_s=settings.level_s or None,
                           min_requests=settings.resolved_min_requests(),
+                          mix=LevelMix(settings.level_mix),
                           replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
     meter = Meter(target, workload.requests, slo, level, rules_for(mode, facts.require_schedule),
                   clock, CpuGuard.watching(target))  # fmt: skip
@@ -201,7 +203,7 @@ def study_identity(settings: TuneSettings, workload: Workload, mode: Mode, slo: 
         "device": device_of(facts), "engine": engine_of(facts, settings.launch),
         "target": facts.kind.value, "burstiness": settings.burstiness,
         "level_s": settings.level_s, "min_requests": settings.resolved_min_requests(),
-        "space": {"searched": space.describe(), "fixed": fixed},
+        "level_mix": settings.level_mix, "space": {"searched": space.describe(), "fixed": fixed},
     }  # fmt: skip
 
 
@@ -286,7 +288,8 @@ def run_info(run: TuneRun) -> dict[str, Any]:
     s, wl, facts = run.settings, run.workload, run.target.facts
     workload = {
         "name": wl.name, "num_requests": len(wl.requests), "level_s": s.level_s,
-        "min_requests_per_level": s.resolved_min_requests(), "seed": s.workload_seed,
+        "min_requests_per_level": s.resolved_min_requests(), "level_mix": s.level_mix,
+        "seed": s.workload_seed,
         "arrival": s.arrival, "burstiness": s.burstiness, "fingerprint": wl.fingerprint(),
         "classes": wl.class_counts(), "longest_prompt": max(r.prompt_len for r in wl.requests),
         "max_model_len": facts.max_model_len,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TuneError
+from tuner.measure.draws import LevelMix
 from tuner.search.space import Domain, parse_fix, parse_param
 from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
@@ -58,6 +59,7 @@ class TuneSettings:
     num_requests: int | None = None  # request list size; None: 400 on CPU, 4000 on a GPU
     level_s: float = DEFAULT_LEVEL_S  # seconds of arrivals per level; 0: the whole list
     min_requests: int | None = None  # per level; None: 20, or 320 with --engine vllm
+    level_mix: str = LevelMix.STRATIFIED.value  # which requests a level takes (measure/draws.py)
     workload_seed: int = 0
     arrival: str = "poisson"
     burstiness: float = 1.0
@@ -115,6 +117,7 @@ class TuneSettings:
             _positive("num_requests", self.num_requests, integer=True)
         if self.min_requests is not None:
             _positive("min_requests", self.min_requests, integer=True)
+        _one_of("level-mix", self.level_mix, LevelMix)
         if self.level_s < 0:
             raise TuneError(f"--level-seconds {self.level_s} is invalid; use 0 or more")
         _positive("trials", self.trials, integer=True)
@@ -199,6 +202,8 @@ class TuneSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuneSettings:
         known = {f.name for f in dataclasses.fields(cls)}
+        # A run saved before levels drew by stratum took contiguous stretches; it resumes so.
+        data = {"level_mix": LevelMix.CONTIGUOUS.value, **data}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

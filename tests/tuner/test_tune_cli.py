@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tuner.cli import build_parser, main, settings_from_args
+from tuner.errors import TuneError
 from tuner.run import run_tune
 from tuner.settings import TuneSettings
 
@@ -131,3 +132,22 @@ def test_against_vllm_levels_hold_more_requests_and_the_run_more_time():
 def test_a_level_floor_below_one_request_is_one_line(capsys):
     assert main(["--slo", "tpot_p99=30ms", "--min-requests", "0"]) == 2
     assert one_error_line(capsys) == "error: --min-requests 0 is invalid; use a positive number"
+
+
+def test_levels_draw_by_stratum_and_a_run_saved_before_resumes_with_its_stretches(tmp_path):
+    def resumed() -> TuneSettings:
+        return settings_from_args(build_parser().parse_args(["--resume", str(tmp_path)]))
+
+    parsed = settings_from_args(build_parser().parse_args(["--slo", "tpot_p99=30ms"]))
+    assert parsed.level_mix == "stratified"
+    saved_run(tmp_path)
+    assert resumed().level_mix == "stratified"
+    info = json.loads((tmp_path / "run.json").read_text())
+    del info["settings"]["level_mix"]  # as runs saved before the setting was
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    assert resumed().level_mix == "contiguous"
+
+
+def test_an_unknown_level_mix_is_one_line():
+    with pytest.raises(TuneError, match=r"^--level-mix 'random' is invalid; use stratified, "):
+        TuneSettings(slo="tpot_p99=30ms", level_mix="random")

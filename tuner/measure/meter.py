@@ -16,6 +16,7 @@ from loadgen.stop import StopRule, measured_part
 from slo import SLO, Metric, RunMetrics, evaluate
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard, CpuShare
+from tuner.measure.draws import LevelMix, draw_requests
 from tuner.measure.early_stop import SloBroken
 from tuner.measure.judge import Run, judge_report, served_fraction
 from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
@@ -43,21 +44,21 @@ class LevelSettings:
     burstiness: float = 1.0
     seed: int = 0
     replay: ReplayPlan = field(default_factory=ReplayPlan)
-    # Seconds of arrivals per level: a level at rate r replays the first ceil(r * duration_s)
-    # requests of the list (at least min_requests), so every level runs long enough to reach a
-    # steady state and a fast rate is not a burst in disguise. None replays the whole list.
+    # Seconds of arrivals per level: a level at rate r replays ceil(r * duration_s) requests
+    # of the list (at least min_requests), so every level runs long enough to reach a steady
+    # state and a fast rate is not a burst in disguise. None replays the whole list.
     duration_s: float | None = None
     min_requests: int = 20
+    mix: LevelMix = LevelMix.STRATIFIED  # which requests a level takes (measure/draws.py)
 
     def requests_at(self, requests: Sequence[RequestSpec], rate_rps: float,
                     draw: int = 0) -> list[RequestSpec]:  # fmt: skip
-        """The stretch of the request list a level at this rate replays: its prefix, or for
-        another draw the next stretch as long (wrapping around the list)."""
+        """The requests a level at this rate replays on this draw: by default one of each
+        prompt-length stratum of the list, so every draw carries its mix (`draws`)."""
         if self.duration_s is None or not math.isfinite(rate_rps):
             return list(requests)
-        n = min(len(requests), max(self.min_requests, math.ceil(rate_rps * self.duration_s)))
-        start = (draw * n) % len(requests) if requests else 0
-        return [*requests[start:], *requests[:start]][:n]
+        n = max(self.min_requests, math.ceil(rate_rps * self.duration_s))
+        return draw_requests(requests, n, draw, self.seed, self.mix)
 
     def expected_s(self, requests: Sequence[RequestSpec], rate_rps: float) -> float:
         """Expected wall time of one level at this rate: its arrivals plus the drain."""
@@ -215,7 +216,7 @@ class Meter:
     async def level(self, rate_rps: float, draw: int = 0, stop_failing: bool = False,
                     pooled_with: Sequence[RequestRecord] = (),
                     stop_rule: StopRule | None = None) -> LevelRun:  # fmt: skip
-        """Replay the prefix of the list this rate takes, at this rate, and judge it. A level
+        """Replay the requests this rate and draw take, at this rate, and judge it. A level
         whose client fell behind (over HTTP) is measured again; after `LAG_TRIES` such tries
         it raises `ClientLagError` instead of reporting the server as failing. A level during
         which other processes took the machine, or the engine's steps slowed (`guard`), is

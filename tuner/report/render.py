@@ -191,8 +191,11 @@ def _shared_text(search: dict[str, Any]) -> str:
 
 def _level_text(wl: dict[str, Any]) -> str:
     if wl.get("level_s"):
-        return (f"each load level replays the first rate x {wl['level_s']:g} s of them "
-                f"(at least {wl.get('min_requests_per_level')})")  # fmt: skip
+        # Runs saved before levels drew by stratum took contiguous stretches.
+        how = ("one of each prompt-length stratum" if wl.get("level_mix") == "stratified"
+               else "a contiguous stretch")  # fmt: skip
+        return (f"each load level replays rate x {wl['level_s']:g} s of them "
+                f"(at least {wl.get('min_requests_per_level')}), {how}")  # fmt: skip
     return "each load level replays all of them"
 
 

@@ -29,6 +29,7 @@ LABELS = {
     "burstiness": "--burstiness",
     "level_s": "--level-seconds",
     "min_requests": "--min-requests",
+    "level_mix": "--level-mix",
     "space": "search space (--param / --fix)",
 }
 # Engines whose version decides how a server schedules, when a launch template starts one.

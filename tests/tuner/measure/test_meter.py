@@ -2,6 +2,7 @@
 
 from loadgen import build_workload
 from slo import parse_slo
+from tuner.measure.draws import LevelMix
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.measure.ratesearch import Outcome, RateSearchSettings
 from tuner.measure.verdict import VerdictRules
@@ -43,12 +44,38 @@ async def test_no_level_starts_past_the_deadline_on_the_injected_clock(sim_targe
     assert len(result.levels) == 1 and result.outcome is Outcome.RUNNING
 
 
-def test_another_draw_replays_the_next_stretch_of_the_list_and_wraps():
-    from tuner.measure.meter import LevelSettings
-
-    settings = LevelSettings(duration_s=1.0, min_requests=4)
+def test_a_contiguous_draw_replays_the_next_stretch_of_the_list_and_wraps():
+    settings = LevelSettings(duration_s=1.0, min_requests=4, mix=LevelMix.CONTIGUOUS)
     requests = list(range(10))
     assert settings.requests_at(requests, 4.0) == [0, 1, 2, 3]
     assert settings.requests_at(requests, 4.0, draw=1) == [4, 5, 6, 7]
     assert settings.requests_at(requests, 4.0, draw=2) == [8, 9, 0, 1]
     assert settings.requests_at(requests, 40.0, draw=3) == requests  # never more than the list
+
+
+def test_every_draw_carries_the_lists_prompt_mix_where_stretches_do_not():
+    requests = build_workload("mixed", num_requests=400, seed=0, vocab_size=4096).requests
+    mean = sum(r.prompt_len for r in requests) / len(requests)
+
+    def spread(mix):
+        settings = LevelSettings(duration_s=1.0, min_requests=60, mix=mix)
+        means = [sum(r.prompt_len for r in settings.requests_at(requests, 1.0, draw=d)) / 60
+                 for d in range(12)]  # fmt: skip
+        return min(means) / mean, max(means) / mean
+
+    low, high = spread(LevelMix.STRATIFIED)
+    assert low > 0.95 and high < 1.05
+    low, high = spread(LevelMix.CONTIGUOUS)
+    assert low < 0.85 and high > 1.3  # what the search and its re-measurement met before
+
+
+def test_draws_differ_keep_the_lists_order_and_repeat_for_the_same_seed():
+    requests = build_workload("mixed", num_requests=400, seed=0, vocab_size=4096).requests
+    settings = LevelSettings(duration_s=1.0, min_requests=60)
+    first, again = settings.requests_at(requests, 1.0), settings.requests_at(requests, 1.0)
+    second = settings.requests_at(requests, 1.0, draw=1)
+    assert [r.index for r in first] == [r.index for r in again]  # same requests every config
+    assert [r.index for r in first] != [r.index for r in second]
+    assert [r.index for r in first] == sorted(r.index for r in first)
+    assert len({r.index for r in first}) == 60
+    assert settings.requests_at(requests, 1000.0) == requests  # the whole list, in order

@@ -5,6 +5,7 @@ import pytest
 from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
+from tuner.measure.draws import LevelMix
 from tuner.measure.judge import judge_runs
 from tuner.measure.meter import LevelSettings, Meter
 from tuner.report.render import render_markdown
@@ -105,7 +106,7 @@ async def test_the_default_is_judged_on_as_many_arrival_draws_as_the_recommendat
     assert same["default"]["draws"] == 2
     indices = [int(line.split('"index": ')[1].split(",")[0])
                for line in (tmp_path / SAME_RATE_RECORDS).read_text().splitlines()]  # fmt: skip
-    assert sorted(indices) == list(range(16))  # two stretches of the list, not one twice
+    assert sorted(indices) == list(range(16))  # two draws of other requests, not one twice
     assert "2 arrival draws pooled" in same_rate_sentence(same)
 
 
@@ -117,21 +118,22 @@ async def test_draws_that_split_evenly_get_one_more_to_decide(tmp_path):
     short = build_workload("random", num_requests=8, input_len=32, output_len=4).requests
     long = build_workload("random", num_requests=8, input_len=8000, output_len=4,
                           seed=1).requests  # fmt: skip
-    # The first stretch is short prompts (it holds), the second long ones (it misses); the
-    # third wraps round to the short ones again. Margins wide enough for a busy machine: short
-    # prompts answer in ~5 ms, eight 8k prefills queue to a TTFT p99 of ~4 s; a 150 ms limit
-    # on 3k prompts once failed the short draw in CI (one hiccup is a p99 of 8 requests).
+    # Contiguous stretches: the first is short prompts (it holds), the second long ones (it
+    # misses); the third wraps round to the short ones again. Margins wide enough for a busy
+    # machine: short prompts answer in ~5 ms, eight 8k prefills queue to a TTFT p99 of ~4 s;
+    # a 150 ms limit on 3k prompts once failed the short draw in CI (one hiccup is a p99 of 8
+    # requests).
     requests = [dataclasses.replace(r, index=i) for i, r in enumerate([*short, *long])]
-    same = await _on_two_draws(tmp_path, requests, parse_slo("ttft_p99=1s"))
+    same = await _on_two_draws(tmp_path, requests, parse_slo("ttft_p99=1s"), LevelMix.CONTIGUOUS)
     assert same["default"]["draws"] == 3 and same["default"]["draws_missed"] == 1
 
 
-async def _on_two_draws(tmp_path, requests, slo) -> dict:
+async def _on_two_draws(tmp_path, requests, slo, mix=LevelMix.STRATIFIED) -> dict:
     """The default at RATE on two draws of 8 requests (a recommendation of one repeat)."""
     target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
     files = RunFiles(tmp_path)
     files.ensure()
-    meter = Meter(target, requests, slo, LevelSettings(duration_s=1.0, min_requests=8),
+    meter = Meter(target, requests, slo, LevelSettings(duration_s=1.0, min_requests=8, mix=mix),
                   rules_for(Mode.CAPACITY, False))  # fmt: skip
     try:
         run = await meter.level(RATE)
