@@ -107,6 +107,15 @@ def test_served_fraction_is_one_when_keeping_up_and_the_rate_ratio_when_not():
     # level the flat start would pass it (0.89 against the 0.85 rule).
     filling = records(0.010, n=100, service_s=0.125, free_slots=50)
     assert abs(served_fraction(filling) - 0.8) < 0.01 < MIN_SERVED_FRACTION - 0.8
+    # A queue built over the first half (a heavier first half of the draw) and carried, flat,
+    # through the second: the second half alone shows no trend, the whole level does.
+    carried = records(0.010, n=100)
+    for i, r in enumerate(carried):
+        shift = min(i, 50) * 0.1
+        r.chunk_times_s = [c + shift for c in r.chunk_times_s]
+        r.finished_s += shift
+    assert served_fraction(carried) < MIN_SERVED_FRACTION
+    assert served_fraction(carried[50:]) == 1.0
     # Everything at once has no sustained rate to judge.
     burst = records(0.010, n=20)
     for r in burst:
