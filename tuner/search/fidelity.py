@@ -192,7 +192,7 @@ class Simulator:
         """Queue the best screened config not measured yet; False when none is left."""
         done = {key(space.normalise(k)) for k in measured}
         for s in self.ranked:
-            knobs = space.normalise(s.knobs)  # as the study will hold it
+            knobs = space.as_queued(s.knobs)  # as the study will hold it
             if key(knobs) not in done and s.capacity_rps > 0:
                 self.predicted[key(knobs)] = s.capacity_rps
                 role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps,

@@ -91,6 +91,11 @@ class SearchSpace:
                 params[name] = KNOBS[name].to_json(value)
         return params
 
+    def as_queued(self, knobs: Knobs) -> Knobs:
+        """The config a trial enqueued with `knobs` runs: `suggest` replayed on their params
+        (a threshold comes back as a block multiple of the budget's fraction)."""
+        return self.suggest(optuna.trial.FixedTrial(self.to_params(knobs)))
+
     def expressible(self, knobs: Knobs) -> bool:
         """Can a trial of this space run `knobs`? Knobs the space does not search must keep the
         base value; out-of-range integers can be enqueued (Optuna takes them as they are), a

@@ -178,3 +178,31 @@ def test_a_narrowed_integer_range_still_runs_the_default_but_excluded_choices_ca
         assert sp.suggest(FixedTrial(sp.to_params(default))) == default
     only_prefill = space(params=dict([parse_param("policy=prefill_first")]))
     assert not only_prefill.expressible(default)
+
+
+def test_every_screened_config_is_the_one_a_queued_trial_runs():
+    # A grid threshold of 1/16 of budget 432 came to 27, which a trial enqueued with it ran
+    # as 32: the screened config was never matched as measured and was queued again, as a
+    # duplicate, in every round of verification.
+    from tuner.sim.screen import THRESHOLD_FRACTIONS, grid
+
+    sp = space()
+    configs = grid(sp, [256, 432, 752, 2048], thresholds=True)
+    assert len(configs) > 4 * len(THRESHOLD_FRACTIONS)
+    for knobs in configs:
+        assert sp.as_queued(knobs) == knobs
+        assert knobs["long_prefill_token_threshold"] % 16 == 0
+
+
+def test_the_simulator_does_not_queue_a_config_measured_already():
+    from tuner.search.fidelity import Simulator
+    from tuner.sim.screen import Screened, grid
+
+    sp = space()
+    first, second = [k for k in grid(sp, [432], thresholds=True)
+                     if k["long_prefill_token_threshold"]][:2]  # fmt: skip
+    sim = Simulator(target=None, steps=None, profile=None)
+    sim.ranked = [Screened(first, 9.0, 3), Screened(second, 8.0, 3)]
+    study = optuna.create_study()
+    assert sim.queue_next(study, sp, [first])
+    assert sp.suggest(study.ask()) == second  # the enqueued trial, as it runs
