@@ -10,9 +10,14 @@ adaptive floor, and each policy the target has.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from engine_lite import Policy
 from tuner.measure.meter import Meter
@@ -25,6 +30,10 @@ GRID_BUDGETS = 10
 THRESHOLD_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)
 SIM_REL_TOL = 0.04
 ADAPTIVE = "long_prefill_token_threshold_adaptive"
+# Configs screened one after another, each search starting where the last ended. A split this
+# size (not the number of cores) decides every search's start, so the figures are the same on
+# one core or many; each chain costs a cold start of a few simulated levels.
+CHAIN = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,33 +86,52 @@ def grid(space: SearchSpace, at_budgets: list[int], thresholds: bool) -> list[Kn
             knobs.update(part)
         fraction = knobs.pop("fraction", None)
         if fraction is not None:
-            knobs[THRESHOLD] = max(space.block_size, round(fraction * knobs[BUDGET]))
-        knobs = space.normalise(knobs)
+            knobs[THRESHOLD] = round(fraction * knobs[BUDGET])
+        # As a trial enqueued with them runs them (the threshold a block multiple): a config
+        # screened at threshold 27 ran at 32, never matched the screened one, and was queued
+        # again as a duplicate in every round of verification.
+        knobs = space.as_queued(space.normalise(knobs))
         if knobs not in out:
             out.append(knobs)
     return out
 
 
-async def screen_space(target: SimTarget, meter: Meter, space: SearchSpace,
-                       start_rps: float) -> Screening:  # fmt: skip
+async def screen_space(target: SimTarget, meter: Meter, space: SearchSpace, start_rps: float,
+                       workers: int | None = None) -> Screening:  # fmt: skip
     """Two passes: every budget with the threshold off, then every threshold option at the
     three best budgets (the threshold only matters near the budget that serves most)."""
     started = time.perf_counter()
-    first = await screen(target, meter, grid(space, budgets(space), thresholds=False), start_rps)
+    configs = grid(space, budgets(space), thresholds=False)
+    first = await screen(target, meter, configs, start_rps, workers)
     best = list(dict.fromkeys(s.knobs[BUDGET] for s in first.ranked))[:3]
     done = [s.knobs for s in first.ranked]
     more = [k for k in grid(space, best, thresholds=True) if k not in done]
-    second = await screen(target, meter, more, first.ranked[0].capacity_rps or start_rps)
+    second = await screen(target, meter, more, first.ranked[0].capacity_rps or start_rps, workers)
     ranked = sorted(first.ranked + second.ranked, key=lambda s: -s.capacity_rps)
     return Screening(ranked, time.perf_counter() - started)
 
 
-async def screen(target: SimTarget, meter: Meter, configs: list[Knobs],
-                 start_rps: float) -> Screening:  # fmt: skip
-    """Each config's capacity on the simulator, best first."""
+async def screen(target: SimTarget, meter: Meter, configs: list[Knobs], start_rps: float,
+                 workers: int | None = None) -> Screening:  # fmt: skip
+    """Each config's capacity on the simulator, best first. Chains of `CHAIN` configs run on
+    up to `workers` processes (default: the cores this process may use): a simulated search
+    is pure Python, one core each, and screening sat idle on the other core of a 2-core
+    machine for 15-20 s of every run."""
     started = time.perf_counter()
     settings = RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=SIM_REL_TOL,
                                   min_rps=start_rps / 32, max_levels=14)  # fmt: skip
+    chains = [configs[i : i + CHAIN] for i in range(0, len(configs), CHAIN)]
+    count = min(len(chains), workers if workers is not None else _cores())
+    if count > 1 and "fork" in multiprocessing.get_all_start_methods():
+        done = await _in_processes((target, meter, chains, settings), count)
+    else:
+        done = [await _chain(target, meter, chain, settings) for chain in chains]
+    out = sorted(itertools.chain.from_iterable(done), key=lambda s: -s.capacity_rps)
+    return Screening(out, time.perf_counter() - started)
+
+
+async def _chain(target: SimTarget, meter: Meter, configs: list[Knobs],
+                 settings: RateSearchSettings) -> list[Screened]:  # fmt: skip
     out = []
     for knobs in configs:
         await target.apply(knobs)
@@ -112,8 +140,42 @@ async def screen(target: SimTarget, meter: Meter, configs: list[Knobs],
         # The next search starts where this one ended: neighbouring configs are close.
         if result.capacity_rps > 0:
             settings = _restart(settings, result.capacity_rps)
-    out.sort(key=lambda s: -s.capacity_rps)
-    return Screening(out, time.perf_counter() - started)
+    return out
+
+
+# What the forked workers screen: inherited through fork, so the simulator (its model, the
+# request list, the meter) is never pickled; only a chain's index goes out and its results
+# come back.
+_JOB: tuple[Any, ...] | None = None
+
+
+async def _in_processes(job: tuple[Any, ...], workers: int) -> list[list[Screened]]:
+    global _JOB
+    _JOB = job
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            loop = asyncio.get_running_loop()
+            return list(
+                await asyncio.gather(
+                    *(loop.run_in_executor(pool, _chain_in_child, i) for i in range(len(job[2])))
+                )
+            )
+    finally:
+        _JOB = None
+
+
+def _chain_in_child(index: int) -> list[Screened]:
+    assert _JOB is not None
+    target, meter, chains, settings = _JOB
+    return asyncio.run(_chain(target, meter, chains[index], settings))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _restart(settings: RateSearchSettings, rate: float) -> RateSearchSettings:
