@@ -36,6 +36,26 @@ async def test_an_overstated_capacity_steps_down_to_a_rate_that_holds(tmp_path):
     assert choose([cand]) is cand
 
 
+async def test_a_searched_config_does_not_step_down_below_a_rival_confirmed_already(tmp_path):
+    # One built-in run stepped 432 / 224 from 11.36 to 9.88 and 8.59 req/s beside 432
+    # confirmed at 10.18: two levels for rates that could not be chosen.
+    target = BuiltinTarget(EngineConfig(kv_cache_memory_gb=0.25))
+    trial = TrialRecord(1, TrialState.COMPLETE, Role.SEARCH, target.knobs.defaults, value=100.0,
+                        capacity_rps=100.0)  # fmt: skip
+    rival = Candidate(2, Role.SEARCH, target.knobs.defaults, 40.0, None, 1, 30.0)  # type: ignore[arg-type]
+    requests = build_workload("random", num_requests=8, input_len=2048, output_len=8).requests
+    rules = rules_for(Mode.CAPACITY, target.facts.require_schedule)
+    meter = Meter(target, requests, parse_slo("tpot_p99=500ms"), rules=rules)
+    confirmer = Confirmer(meter, RunFiles(tmp_path), Mode.CAPACITY, step_factor=5.0)
+    try:
+        cand = await confirmer.confirm(trial, repeats=1, rivals=[rival])
+    finally:
+        await target.close()
+    # 100 req/s does not hold again (as above); 20 would, but lies below the rival's 30.
+    assert [run.rate_rps for run in RunFiles(tmp_path).confirm_runs(1)] == [100.0]
+    assert not cand.clears and choose([rival, cand]) is rival
+
+
 def test_the_best_is_confirmed_first_and_a_config_that_cannot_beat_it_is_not_measured():
     from tuner.search.confirm import cannot_win, confirm_order
 
