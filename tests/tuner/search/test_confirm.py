@@ -132,3 +132,26 @@ def test_a_references_draw_stops_only_on_its_pool_and_only_when_nothing_joins_it
     # Where the same-traffic check may add draws of it, it runs to the end.
     assert stop_pool(default, Mode.CAPACITY, earlier, 9.0, True, kept_rates=[9.0]) is None
     assert stop_pool(searched, Mode.GOODPUT, earlier, 9.0, last=True) is None  # figures read
+
+
+def test_a_reference_stops_stepping_down_once_its_reported_figure_cannot_change():
+    from tuner.measure.verdict import Interval
+    from tuner.search.confirm import step_wasted
+
+    default = TrialRecord(0, TrialState.COMPLETE, Role.DEFAULT, {"max_num_batched_tokens": 2048},
+                          value=19.16, capacity_rps=19.16)  # fmt: skip
+
+    def cand(point: float | None, confirmed: float = 0.0) -> Candidate:
+        ci = Interval(point, 0.0, point) if point is not None else None
+        return Candidate(0, Role.DEFAULT, default.knobs, 19.16, None, 2, confirmed, ci)  # type: ignore[arg-type]
+
+    rival = Candidate(2, Role.SCREENED, {"max_num_batched_tokens": 768}, 31.57, None, 2, 27.45)  # type: ignore[arg-type]
+    # Pooled point estimates pass at 19.16 (the figure the report gives a reference) and a
+    # searched config cleared above it: a lower rate would only narrow its interval.
+    assert step_wasted(default, cand(19.16), 19.16, 16.66, [rival])
+    # Its pooled runs fail at 19.16: its capacity is lower, and the report needs it measured.
+    assert not step_wasted(default, cand(17.57), 19.16, 16.66, [rival])
+    # Nothing confirmed above it (or --robust, no rivals): it may be the recommendation.
+    assert not step_wasted(default, cand(19.16), 19.16, 16.66, [])
+    low_rival = Candidate(2, Role.SCREENED, {"max_num_batched_tokens": 768}, 20.0, None, 2, 15.0)  # type: ignore[arg-type]
+    assert not step_wasted(default, cand(19.16), 19.16, 16.66, [low_rival])
