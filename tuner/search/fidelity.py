@@ -234,7 +234,7 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
             ) -> dict[str, Any]:  # fmt: skip
     """Simulated against measured for every verified config: its capacity error, and how far
     the simulator overstated its gain over the default (what decides the fall-back: every
-    verified config's gain overstated past `bound`)."""
+    verified config's gain and capacity both overstated past `bound`)."""
     default = next((t for t in trials if t.role is Role.DEFAULT and t.capacity_rps), None)
     verified = []
     for t in trials:
@@ -245,8 +245,8 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
         # Pruned, its capacity lies below its lowest failing rate: the miss is at least this.
         measured = t.capacity_rps or 0.0
         reached = measured or t.upper_bound_rps or 0.0
-        err = abs(predicted - measured) / measured if measured else _overshoot(predicted, reached)
-        gain_err = None
+        err = abs(predicted - measured) / measured if measured else overshoot(predicted, reached)
+        gain_err, allowed = None, max(reached, t.upper_bound_rps or 0.0)
         if default is not None and default.capacity_rps and t.predicted_default_rps:
             # A measured capacity is the last rate passed, one tolerance step (15%) below the
             # first that failed; the gain is overstated only past the most the measurement
@@ -254,15 +254,21 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
             # rate passed, a prediction exact to the rate (256 at 9.82 simulated and measured)
             # read a 23% overstated gain from the ladder's steps alone, and sent a built-in
             # run to 5 minutes of real search that found nothing better.
-            allowed = max(reached, t.upper_bound_rps or 0.0)
             gain_err = gain_error(predicted, t.predicted_default_rps, allowed, default.capacity_rps)
         verified.append({"config": knobs_to_json(t.knobs), "simulated_rps": predicted,
                          "measured_rps": measured or None, "capacity_err": err,
                          "simulated_default_rps": t.predicted_default_rps,
-                         "gain_err": gain_err})  # fmt: skip
+                         "gain_err": gain_err,
+                         "overshoot": overshoot(predicted, allowed)})  # fmt: skip
     worst = max((v["capacity_err"] for v in verified), default=0.0)
-    # A study queued before gains were recorded is judged on capacity, as it was then.
-    judged = [v["gain_err"] if v["gain_err"] is not None else v["capacity_err"] for v in verified]
+    # A study queued before gains were recorded is judged on capacity, as it was then. Else a
+    # config shows the simulator right when either its gain over the default or its capacity
+    # (its simulated figure against the most its measurement allows) is within the bound: a
+    # refit that put the default at 6.18 req/s where it measured 9.05 read 432 / 224 adaptive's
+    # gain as 27% overstated while its capacity was simulated at 11.79 and measured at 11.78;
+    # judged on the gain alone, all four configs verified missed and the run fell back.
+    judged = [min(v["gain_err"], v["overshoot"]) if v["gain_err"] is not None
+              else v["capacity_err"] for v in verified]  # fmt: skip
     # The simulator only chooses what to measure, so it has failed when none of the configs it
     # chose held its promise: the search then falls back. One config it overstated beside one
     # it got right is a model that errs for some configs, and the refit after each verified
@@ -282,10 +288,11 @@ def gain_error(predicted_rps: float, predicted_default_rps: float, allowed_rps: 
                default_rps: float) -> float:  # fmt: skip
     """How far the simulated gain over the default (both simulated by the model the config was
     queued with) lies above the most the measurement allows (`allowed_rps`, up to its lowest
-    failing rate, over the default's measured capacity): what decides the fall-back."""
-    return _overshoot(predicted_rps / predicted_default_rps, allowed_rps / default_rps)
+    failing rate, over the default's measured capacity): with the capacity's own overshoot,
+    what decides the fall-back."""
+    return overshoot(predicted_rps / predicted_default_rps, allowed_rps / default_rps)
 
 
-def _overshoot(predicted: float, reached: float) -> float:
+def overshoot(predicted: float, reached: float) -> float:
     """How far a prediction lies above what was measured (0 when at or below it)."""
     return max(0.0, predicted / reached - 1) if reached else float("inf")

@@ -9,7 +9,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.search.fidelity import gain_error
+from tuner.search.fidelity import gain_error, overshoot
 from tuner.search.study import best_capacity
 from tuner.store import attrs
 from tuner.store.records import Role
@@ -50,12 +50,15 @@ class CapacityPruner(BasePruner):
 def gain_overstated(study: optuna.Study, trial: FrozenTrial, upper_bound_rps: float,
                     bound: float) -> bool:  # fmt: skip
     """The simulated gain of a screened trial over the default (as it was queued) exceeds by
-    more than `bound` the most its measurement allows: its lowest failing rate over the
-    default's measured capacity (the rule fidelity.summary decides the fall-back by)."""
+    more than `bound` the most its measurement allows (its lowest failing rate over the
+    default's measured capacity), and so does its simulated capacity (over that failing
+    rate): either one within the bound can still show the simulator right about it (the rule
+    fidelity.summary decides the fall-back by)."""
     predicted = attrs.predicted_of(trial)
     predicted_default = trial.user_attrs.get(attrs.PREDICTED_DEFAULT)
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     default = next((t.value for t in done if attrs.role_of(t) is Role.DEFAULT), None)
     if not predicted or not predicted_default or not default or not math.isfinite(upper_bound_rps):
         return False
-    return gain_error(predicted, float(predicted_default), upper_bound_rps, default) > bound
+    gain = gain_error(predicted, float(predicted_default), upper_bound_rps, default)
+    return min(gain, overshoot(predicted, upper_bound_rps)) > bound
