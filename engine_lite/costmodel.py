@@ -10,8 +10,8 @@ cost), attention work (a prefill chunk of n tokens after c cached ones attends t
 + n / 2) positions), per position read from the KV cache (every request, decode or chunk,
 gathers its whole context c + n: measured on the `tiny` preset, 4 chunks of 16 tokens beside 8
 decodes took 4.1 ms after 0 cached tokens and 9.1 ms after 3000, where their attention work
-alone accounts for 1.8 ms; counted for decodes only, the simulator read the steps of budget 432
-/ threshold 32 15-25% fast and put its capacity 32% above the measured one), per sampled token
+alone accounts for 1.8 ms; counted for decodes only, a fit on the default's levels read budget
+432 / threshold 32's chunked steps 18% fast, counted for every entry 9%), per sampled token
 (the logits), and per row below a small count (a CPU BLAS runs a product of 1 to 3 rows at
 nearly the cost of 16: on the `tiny` preset a decode step of 1 request takes 0.9 ms, of 4
 requests 2.9 ms, of 16 5.1 ms, a line no per-request cost draws; fitted without it on `mixed`,
@@ -55,8 +55,6 @@ LATER_FEATURES = ("small_rows",)
 # A profile saved when the context feature counted decodes only names it so.
 OLD_NAMES = {"context": "decode_context"}
 SMALL_ROWS = 4
-# Turns of fitting the rest and a chunk's cost beyond the probe's (they settle in a few).
-CHUNK_ROUNDS = 30
 
 
 def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
@@ -138,7 +136,7 @@ def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = N
     """Non-negative least squares of step seconds on features, on relative error. With
     `chunk_s`, what one prefill chunk was measured to add to a step apart from its tokens
     (`engine_lite.probe`: the chunk, its request row and the `chunk_context` positions it
-    read), the rest is fitted around it, a chunk costing at least that."""
+    read), the rest is fitted around it."""
     if len(samples) < len(FEATURE_NAMES):
         raise EngineLiteError(
             f"{len(samples)} step samples cannot fit {len(FEATURE_NAMES)} coefficients; "
@@ -162,31 +160,23 @@ _REQ, _CHUNK, _CTX = (FEATURE_NAMES.index(n) for n in ("num_reqs", "prefill_chun
 def _around_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float,
                   chunk_context: int) -> np.ndarray:  # fmt: skip
     """The fit with a chunk's row, its own cost and its `chunk_context` positions read
-    summing to `chunk_s`, then what the steps' residuals show a chunk costs beyond it.
+    summing to `chunk_s`: the request and context costs are fitted on the other rows, the
+    chunk's is what the probe measured beyond them. Linear in both: a step's seconds less
+    `chunk_s` a chunk are its other rows' costs plus the context cost of each chunk's
+    positions beyond `chunk_context`.
 
-    Linear in all: a step's seconds less `chunk_s` a chunk are its other rows' costs and the
-    context cost of each chunk's positions beyond `chunk_context`. The probe times the model
-    alone; a serving chunk also costs the scheduler and the step's bookkeeping: on budget 432 /
-    threshold 32 the probe's 0.54 ms read chunked steps 13% fast, and 0.79 ms with the extra
-    4% fast. The extra starts at none and moves only as far as what the rest leaves asks, so
-    where chunk count and prefill tokens move together (chunks all of one size) and the
-    probe's figure already fits, it stays none: fitted freely, a chunk has come out anywhere
-    from 0.01 to 1.65 ms."""
+    The probe times the model alone, and a serving chunk also costs the scheduler and the
+    step's bookkeeping; fitting that extra on the steps read budget 432 / threshold 32's
+    chunked steps 3% fast instead of 9%, but moved the per-token cost so that `chat` decode
+    steps at 32 req/s read 1.29x their real time against 1.24x, and `chat` capacities came
+    out 16-25% low (6% without it, side by side)."""
     rows = x.copy()
     rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
     rows[:, _CTX] -= chunk_context * x[:, _CHUNK]
     rest = [i for i in range(x.shape[1]) if i != _CHUNK]
-    per_chunk = x[:, _CHUNK] * w
-    extra, coef = 0.0, np.zeros(x.shape[1])
-    for _ in range(CHUNK_ROUNDS):  # the rest and the extra in turn, towards their joint fit
-        target = (y - (chunk_s + extra) * x[:, _CHUNK]) * w
-        coef[rest] = nnls(rows[:, rest] * w[:, None], target)
-        left = target - (rows[:, rest] * w[:, None]) @ coef[rest] + extra * per_chunk
-        more = max(0.0, float(left @ per_chunk) / float(per_chunk @ per_chunk or 1.0))
-        settled, extra = abs(more - extra) < 1e-6, more
-        if settled:
-            break
-    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ] - chunk_context * coef[_CTX]) + extra
+    coef = np.zeros(x.shape[1])
+    coef[rest] = nnls(rows[:, rest] * w[:, None], (y - chunk_s * x[:, _CHUNK]) * w)
+    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ] - chunk_context * coef[_CTX])
     return coef
 
 

@@ -99,25 +99,6 @@ def test_a_chunk_reads_its_whole_context_like_a_decode():
     assert chunk.prefill_attn == 32 * (2000 + 16) and decode.prefill_attn == 0
 
 
-def test_serving_chunks_costlier_than_the_probe_read_are_fitted_beyond_it():
-    # The probe times the model alone (0.5 ms a chunk at 512 positions of context); serving
-    # chunks of many sizes also cost 0.3 ms of scheduling each. The fit keeps the probe's
-    # floor and adds what the steps show, so a step of four small chunks is read right.
-    truth = CostModel((0.0016, 0.0, 4e-4 + 3e-4, 9e-6, 8e-9, 2e-7, 7e-5, 1e-4))
-    rng, samples = random.Random(3), []
-    for _ in range(300):
-        decodes = [(rng.randint(50, 2000), 1, False, True)] * rng.randint(0, 30)
-        chunks = [(rng.choice([0, rng.randint(100, 3000)]), rng.choice([16, 32, 64, 300, 900]),
-                   True, False) for _ in range(rng.randint(0, 5))]  # fmt: skip
-        f = features_of(decodes + chunks or [(0, 5, True, True)])
-        samples.append((f, truth.step_s(f)))
-    probe_s = 0.0 + 4e-4 + 512 * 2e-7  # the probe's slope: row, chunk and its 512 positions
-    model = fit(samples, chunk_s=probe_s, chunk_context=512).model
-    small = features_of([(60, 1, False, True)] * 8 + [(1500, 32, True, False)] * 4)
-    assert abs(model.step_s(small) / truth.step_s(small) - 1) < 0.03
-    assert model.coefficients[2] > 6e-4  # beyond the probe's 0.4 ms less its context
-
-
 def test_a_profile_saved_when_context_counted_decodes_only_loads():
     saved = MODEL.to_json()
     saved["coefficients"]["decode_context"] = saved["coefficients"].pop("context")
