@@ -193,11 +193,10 @@ async def _robustness(run: ScreenedRun, simulator: fidelity.Simulator,
     if not chosen:
         return
     display.set_phase("the top configs across the traffic band, in virtual time")
-    configs = []
-    for trial in chosen:
-        start = trial.capacity_rps or attrs.start_rate(run.study) or 1.0
-        cells = await robust.band(simulator.sim, simulator.meter, trial.knobs, start)
-        configs.append(robust.band_json(trial.number, trial.knobs, cells))
+    starts = [(t.knobs, t.capacity_rps or attrs.start_rate(run.study) or 1.0) for t in chosen]
+    found = await robust.bands(simulator.sim, simulator.meter, starts)
+    configs = [robust.band_json(t.number, t.knobs, cells)
+               for t, cells in zip(chosen, found, strict=True)]  # fmt: skip
     summary = attrs.sim_summary(run.study) or {}
     attrs.set_robustness(run.study, {
         "long_factors": list(robust.LONG_FACTORS), "burstiness": list(robust.BURSTINESS),

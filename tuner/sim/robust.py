@@ -17,7 +17,7 @@ from typing import Any
 
 from loadgen import RequestSpec
 from tuner.measure.meter import Meter
-from tuner.sim.screen import screen
+from tuner.sim.screen import searches
 from tuner.sim.target import SimTarget
 from tuner.targets.knobs import Knobs, knobs_to_json
 
@@ -55,20 +55,24 @@ def reshaped(requests: list[RequestSpec], factor: float, seed: int) -> list[Requ
     return [dataclasses.replace(r, index=i) for i, r in enumerate(picked)]
 
 
-async def band(sim: SimTarget, meter: Meter, knobs: Knobs, start_rps: float) -> list[Cell]:
-    """The config's simulated capacity in every cell of the band."""
+async def bands(sim: SimTarget, meter: Meter, configs: list[tuple[Knobs, float]],
+                workers: int | None = None) -> list[list[Cell]]:  # fmt: skip
+    """Each (config, start rate)'s simulated capacity in every cell of the band: one search a
+    cell, all of them spread over the cores (`screen.searches`)."""
     base = list(meter.requests)
     fraction = long_fraction(base)
-    cells = []
+    cells, jobs = [], []
     for factor in LONG_FACTORS:
         requests = reshaped(base, factor, meter.settings.seed)
         for shape in BURSTINESS:
             level = dataclasses.replace(meter.settings, arrival="gamma", burstiness=shape)
             cell_meter = dataclasses.replace(meter, requests=requests, settings=level)
-            screened = await screen(sim, cell_meter, [knobs], start_rps)
-            cells.append(Cell(factor, min(1.0, fraction * factor), shape,
-                              screened.ranked[0].capacity_rps))  # fmt: skip
-    return cells
+            cells.append((factor, min(1.0, fraction * factor), shape))
+            jobs += [(cell_meter, knobs, start) for knobs, start in configs]
+    found = await searches(sim, jobs, workers)
+    per_cell = len(configs)
+    return [[Cell(*cell, found[i * per_cell + c]) for i, cell in enumerate(cells)]
+            for c in range(per_cell)]  # fmt: skip
 
 
 def band_json(trial: int, knobs: Knobs, cells: list[Cell]) -> dict[str, Any]:

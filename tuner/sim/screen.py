@@ -15,6 +15,7 @@ import itertools
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -118,16 +119,37 @@ async def screen(target: SimTarget, meter: Meter, configs: list[Knobs], start_rp
     is pure Python, one core each, and screening sat idle on the other core of a 2-core
     machine for 15-20 s of every run."""
     started = time.perf_counter()
-    settings = RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=SIM_REL_TOL,
-                                  min_rps=start_rps / 32, max_levels=14)  # fmt: skip
+    settings = _settings(start_rps)
     chains = [configs[i : i + CHAIN] for i in range(0, len(configs), CHAIN)]
     count = min(len(chains), workers if workers is not None else _cores())
     if count > 1 and "fork" in multiprocessing.get_all_start_methods():
-        done = await _in_processes((target, meter, chains, settings), count)
+        done = await _in_processes((target, meter, chains, settings), len(chains), count,
+                                   _chain_in_child)  # fmt: skip
     else:
         done = [await _chain(target, meter, chain, settings) for chain in chains]
     out = sorted(itertools.chain.from_iterable(done), key=lambda s: -s.capacity_rps)
     return Screening(out, time.perf_counter() - started)
+
+
+async def searches(target: SimTarget, jobs: list[tuple[Meter, Knobs, float]],
+                   workers: int | None = None) -> list[float]:  # fmt: skip
+    """Independent capacity searches on the simulator, each a (meter, config, start rate): their
+    capacities in order, spread over processes as `screen` spreads its chains. Each search
+    starts at its own rate, so the figures are the same on one core or many."""
+    count = min(len(jobs), workers if workers is not None else _cores())
+    if count > 1 and "fork" in multiprocessing.get_all_start_methods():
+        return await _in_processes((target, jobs), len(jobs), count, _search_in_child)
+    return [await _search(target, meter, knobs, start) for meter, knobs, start in jobs]
+
+
+async def _search(target: SimTarget, meter: Meter, knobs: Knobs, start_rps: float) -> float:
+    await target.apply(knobs)
+    return (await meter.capacity(_settings(start_rps))).capacity_rps
+
+
+def _settings(start_rps: float) -> RateSearchSettings:
+    return RateSearchSettings(start_rps=start_rps, growth=1.6, rel_tol=SIM_REL_TOL,
+                              min_rps=start_rps / 32, max_levels=14)  # fmt: skip
 
 
 async def _chain(target: SimTarget, meter: Meter, configs: list[Knobs],
@@ -144,12 +166,14 @@ async def _chain(target: SimTarget, meter: Meter, configs: list[Knobs],
 
 
 # What the forked workers screen: inherited through fork, so the simulator (its model, the
-# request list, the meter) is never pickled; only a chain's index goes out and its results
+# request list, the meter) is never pickled; only a job's index goes out and its results
 # come back.
 _JOB: tuple[Any, ...] | None = None
 
 
-async def _in_processes(job: tuple[Any, ...], workers: int) -> list[list[Screened]]:
+async def _in_processes(job: tuple[Any, ...], count: int, workers: int,
+                        child: Callable[[int], Any]) -> list[Any]:  # fmt: skip
+    """`child(i)` for every i below `count`, on `workers` forked processes that see `job`."""
     global _JOB
     _JOB = job
     try:
@@ -157,9 +181,7 @@ async def _in_processes(job: tuple[Any, ...], workers: int) -> list[list[Screene
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             loop = asyncio.get_running_loop()
             return list(
-                await asyncio.gather(
-                    *(loop.run_in_executor(pool, _chain_in_child, i) for i in range(len(job[2])))
-                )
+                await asyncio.gather(*(loop.run_in_executor(pool, child, i) for i in range(count)))
             )
     finally:
         _JOB = None
@@ -169,6 +191,12 @@ def _chain_in_child(index: int) -> list[Screened]:
     assert _JOB is not None
     target, meter, chains, settings = _JOB
     return asyncio.run(_chain(target, meter, chains[index], settings))
+
+
+def _search_in_child(index: int) -> float:
+    assert _JOB is not None
+    target, jobs = _JOB
+    return asyncio.run(_search(target, *jobs[index]))
 
 
 def _cores() -> int:
