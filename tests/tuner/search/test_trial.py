@@ -61,3 +61,19 @@ async def test_a_reference_cut_after_a_pass_keeps_that_rate_as_a_lower_bound(
     assert len(record.levels) == 1 and record.levels[0].passed
     assert record.state is TrialState.COMPLETE and record.ending is TrialEnding.TIME_BUDGET
     assert record.value == record.capacity_rps == 2.0
+
+
+async def test_a_screened_config_starts_a_step_below_its_prediction_a_placed_default_at_it(
+    tmp_path, sim_target, fake_clock
+):
+    # The simulator's top picks are those it overstates most: their search starts one
+    # tolerance step (20% here) below the prediction. A default it placed is only a hint.
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.SCREENED, predicted_rps=12.0,
+                                                  predicted_default_rps=6.0))  # fmt: skip
+    study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT, start_hint_rps=9.0))
+    run = runner(tmp_path, sim_target, fake_clock, start_rps=4.0)
+    screened = await run.run(study, study.ask())
+    default = await run.run(study, study.ask())
+    assert abs(screened.levels[0].rate_rps - 10.0) < 1e-6
+    assert default.levels[0].rate_rps == 9.0
