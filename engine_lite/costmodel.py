@@ -2,22 +2,17 @@
 
 Features in the manner of Vidur (MLSys'24) and BLIS: a constant per step, a cost per scheduled
 request and per prefill chunk (each chunk is an attention call of its own in every layer, with
-its own mask and gather: about 1.3 ms a chunk on the CPU `tiny` preset when measured alone,
-which a per-request cost fitted mostly on decodes underestimates tenfold; fits on serving
-steps, where chunks come one or two a step beside a step's constant, put it anywhere from 0.01
-to 1.65 ms), per prefill token (the projections and MLP; a decode's share is its request's
-cost), attention work (a prefill chunk of n tokens after c cached ones attends to about n * (c
-+ n / 2) positions), per position read from the KV cache (every request, decode or chunk,
-gathers its whole context c + n: measured on the `tiny` preset, 4 chunks of 16 tokens beside 8
-decodes took 4.1 ms after 0 cached tokens and 9.1 ms after 3000, where their attention work
-alone accounts for 1.8 ms; counted for decodes only, a fit on the default's levels read budget
-432 / threshold 32's chunked steps 18% fast, counted for every entry 9%), per sampled token
-(the logits), and per row below a small count (a CPU BLAS runs a product of 1 to 3 rows at
-nearly the cost of 16: on the `tiny` preset a decode step of 1 request takes 0.9 ms, of 4
-requests 2.9 ms, of 16 5.1 ms, a line no per-request cost draws; fitted without it on `mixed`,
-the model read `chat` steps of 60 requests 50% too slow). Coefficients are fitted by non-
-negative least squares on relative error, so the many short decode steps that decide TPOT weigh
-as much as the few long prefill steps.
+its own mask and gather: about 1.3 ms a chunk on the CPU `tiny` preset when measured alone, which
+a per-request cost fitted mostly on decodes underestimates tenfold; fits on serving steps, where
+chunks come one or two a step beside a step's constant, put it anywhere from 0.01 to 1.65 ms),
+per prefill token (the projections and MLP; a decode's share is its request's cost), attention
+work (a prefill chunk of n tokens after c cached ones attends to about n * (c + n / 2)
+positions; a decode reads its whole context), per sampled token (the logits), and per row below
+a small count (a CPU BLAS runs a product of 1 to 3 rows at nearly the cost of 16: on the `tiny`
+preset a decode step of 1 request takes 0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no
+per-request cost draws; fitted without it on `mixed`, the model read `chat` steps of 60 requests
+50% too slow). Coefficients are fitted by non-negative least squares on relative error, so the
+many short decode steps that decide TPOT weigh as much as the few long prefill steps.
 Pure: numpy only.
 """
 
@@ -40,7 +35,7 @@ class StepFeatures:
     prefill_chunks: int = 0  # prefill entries of more than one token (attended one by one)
     prefill_tokens: int = 0
     prefill_attn: float = 0.0  # sum over prefill chunks of n * (c + n / 2)
-    context: int = 0  # sum over every entry of the positions it reads from the KV cache
+    decode_context: int = 0  # sum over decodes of the positions attended
     sampled: int = 0  # rows whose logits are computed
     small_rows: int = 0  # rows through the projections, up to SMALL_ROWS
 
@@ -52,8 +47,6 @@ _FIELDS = tuple(f.name for f in fields(StepFeatures))
 FEATURE_NAMES = ("step", *_FIELDS)
 # Features a profile saved before they existed lacks: read as 0, so it predicts as it did.
 LATER_FEATURES = ("small_rows",)
-# A profile saved when the context feature counted decodes only names it so.
-OLD_NAMES = {"context": "decode_context"}
 SMALL_ROWS = 4
 
 
@@ -70,7 +63,8 @@ def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
             chunks += n > 1  # a one-token chunk is attended with the decodes
             prefill += n
             attn += n * (computed + n / 2)
-        ctx += computed + n
+        else:
+            ctx += computed + n
     return StepFeatures(num, chunks, prefill, attn, ctx, sampled, min(rows, SMALL_ROWS))
 
 
@@ -96,7 +90,7 @@ class CostModel:
         # simulator asks this once a step, and a virtual-time figure must not move by a bit.
         c = self.coefficients
         return (0 + c[0] * 1.0 + c[1] * f.num_reqs + c[2] * f.prefill_chunks
-                + c[3] * f.prefill_tokens + c[4] * f.prefill_attn + c[5] * f.context
+                + c[3] * f.prefill_tokens + c[4] * f.prefill_attn + c[5] * f.decode_context
                 + c[6] * f.sampled + c[7] * f.small_rows)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -109,10 +103,7 @@ class CostModel:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CostModel:
         try:
-            given = dict(data["coefficients"])
-            for name, old in OLD_NAMES.items():
-                if name not in given and old in given:
-                    given[name] = given[old]
+            given = data["coefficients"]
             coef = tuple(float(given[name] if name in given or name not in LATER_FEATURES
                                else 0.0) for name in FEATURE_NAMES)  # fmt: skip
             return cls(coef, float(data.get("token_delivery_s", 0.0)),
@@ -132,11 +123,10 @@ class FitReport:
 
 
 def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = None,
-        chunk_context: int = 0, **latencies: float) -> FitReport:  # fmt: skip
+        **latencies: float) -> FitReport:  # fmt: skip
     """Non-negative least squares of step seconds on features, on relative error. With
     `chunk_s`, what one prefill chunk was measured to add to a step apart from its tokens
-    (`engine_lite.probe`: the chunk, its request row and the `chunk_context` positions it
-    read), the rest is fitted around it."""
+    (`engine_lite.probe`: the chunk and its request row), the rest is fitted around it."""
     if len(samples) < len(FEATURE_NAMES):
         raise EngineLiteError(
             f"{len(samples)} step samples cannot fit {len(FEATURE_NAMES)} coefficients; "
@@ -147,36 +137,24 @@ def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = N
     if not (y > 0).all():
         raise EngineLiteError("step durations must be positive; the profile is corrupt")
     w = 1.0 / y  # relative error: every step counts alike, short or long
-    coef = (nnls(x * w[:, None], y * w) if chunk_s is None
-            else _around_chunk(x, y, w, chunk_s, chunk_context))  # fmt: skip
+    coef = nnls(x * w[:, None], y * w) if chunk_s is None else _around_chunk(x, y, w, chunk_s)
     model = CostModel(tuple(float(c) for c in coef), **latencies)
     rel = np.abs(x @ coef - y) / y
     return FitReport(model, len(y), float(np.median(rel)), float(np.quantile(rel, 0.9)))
 
 
-_REQ, _CHUNK, _CTX = (FEATURE_NAMES.index(n) for n in ("num_reqs", "prefill_chunks", "context"))
+_REQ, _CHUNK = FEATURE_NAMES.index("num_reqs"), FEATURE_NAMES.index("prefill_chunks")
 
 
-def _around_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float,
-                  chunk_context: int) -> np.ndarray:  # fmt: skip
-    """The fit with a chunk's row, its own cost and its `chunk_context` positions read
-    summing to `chunk_s`: the request and context costs are fitted on the other rows, the
-    chunk's is what the probe measured beyond them. Linear in both: a step's seconds less
-    `chunk_s` a chunk are its other rows' costs plus the context cost of each chunk's
-    positions beyond `chunk_context`.
-
-    The probe times the model alone, and a serving chunk also costs the scheduler and the
-    step's bookkeeping; fitting that extra on the steps read budget 432 / threshold 32's
-    chunked steps 3% fast instead of 9%, but moved the per-token cost so that `chat` decode
-    steps at 32 req/s read 1.29x their real time against 1.24x, and `chat` capacities came
-    out 16-25% low (6% without it, side by side)."""
+def _around_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float) -> np.ndarray:
+    """The fit with a chunk's row and its own cost summing to `chunk_s`: the request cost is
+    fitted on the other rows, the chunk's is what the probe measured beyond it."""
     rows = x.copy()
     rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
-    rows[:, _CTX] -= chunk_context * x[:, _CHUNK]
     rest = [i for i in range(x.shape[1]) if i != _CHUNK]
     coef = np.zeros(x.shape[1])
     coef[rest] = nnls(rows[:, rest] * w[:, None], (y - chunk_s * x[:, _CHUNK]) * w)
-    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ] - chunk_context * coef[_CTX])
+    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ])
     return coef
 
 

@@ -8,10 +8,8 @@ measured 1.21x. Here only the chunk count moves: the same prefill tokens split i
 chunks (one request each) beside a few decodes, each chunk's cached context chosen so that the
 batch's attention work (n * (c + n / 2) summed over chunks) is the same for every split. The
 slope of the step time in the split is what one chunk costs: its own attention call in every
-layer, its row as a request, and reading ATTENDED positions of context from the KV cache (the
-split's chunks read k * ATTENDED + tokens / 2 in all; the cost model counts those positions
-apart, since serving chunks read anywhere from none to thousands). On that preset on a 2-core
-CPU it read 0.62-0.72 ms whether beside 0, 8 or 32 decodes, with 128 or 512 prefill tokens.
+layer, and its row as a request. On that preset on a 2-core CPU it read 0.62-0.72 ms whether
+beside 0, 8 or 32 decodes, with 128 or 512 prefill tokens.
 """
 
 from __future__ import annotations
@@ -40,10 +38,9 @@ class ChunkProbe:
     chunk_s: float  # seconds one more prefill chunk adds to a step
     step_s: dict[str, float]  # "tokens/split" -> median step seconds
     wall_s: float
-    context: int = ATTENDED  # positions of context each chunk of the slope read
 
     def to_json(self) -> dict[str, Any]:
-        return {"chunk_ms": self.chunk_s * 1e3, "wall_s": self.wall_s, "context": self.context,
+        return {"chunk_ms": self.chunk_s * 1e3, "wall_s": self.wall_s,
                 "step_ms": {k: v * 1e3 for k, v in self.step_s.items()}}  # fmt: skip
 
 

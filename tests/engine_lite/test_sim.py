@@ -91,20 +91,6 @@ def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unident
     assert abs(pinned.coefficients[1] + pinned.coefficients[2] - 8e-4) < 1e-9
 
 
-def test_a_chunk_reads_its_whole_context_like_a_decode():
-    # 32 tokens after 2000 cached ones gather 2032 positions, as a decode at 2031 reads 2032.
-    chunk = features_of([(2000, 32, True, False)])
-    decode = features_of([(2031, 1, False, True)])
-    assert chunk.context == decode.context == 2032
-    assert chunk.prefill_attn == 32 * (2000 + 16) and decode.prefill_attn == 0
-
-
-def test_a_profile_saved_when_context_counted_decodes_only_loads():
-    saved = MODEL.to_json()
-    saved["coefficients"]["decode_context"] = saved["coefficients"].pop("context")
-    assert CostModel.from_json(saved) == MODEL
-
-
 def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
     saved = MODEL.to_json()
     del saved["coefficients"]["small_rows"]

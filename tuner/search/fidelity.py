@@ -135,9 +135,7 @@ class Simulator:
             self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
             if self.steps.rejected:
                 self.source += f" ({self.steps.rejected} of levels measured again left out)"
-            chunk = self.chunk
-            report = (fit(self.steps.samples, chunk.chunk_s, chunk.context) if chunk
-                      else fit(self.steps.samples))  # fmt: skip
+            report = fit(self.steps.samples, self.chunk.chunk_s if self.chunk else None)
             if self.chunk is not None:
                 self.source += (f"; a prefill chunk {self.chunk.chunk_s * 1e3:.2f} ms, "
                                 "measured apart")  # fmt: skip

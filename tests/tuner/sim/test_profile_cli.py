@@ -26,7 +26,7 @@ def test_profile_of_the_builtin_engine_is_a_file_the_simulator_reads(tmp_path, c
     # not degenerate. (Which coefficient carries a step's fixed cost, the per-step or the
     # per-request one, is the fit's choice: every step schedules at least one request.)
     cost = profile.model_cost
-    one_decode = cost.step_s(StepFeatures(num_reqs=1, context=64, sampled=1))
+    one_decode = cost.step_s(StepFeatures(num_reqs=1, decode_context=64, sampled=1))
     chunk = cost.step_s(StepFeatures(num_reqs=1, prefill_chunks=1, prefill_tokens=512,
                                      prefill_attn=512 * 256, sampled=1))  # fmt: skip
     assert 0 < one_decode < chunk

@@ -20,7 +20,7 @@ from tuner.targets.knobs import KnobSpace
 
 SHAPE = SimEngine(num_kv_blocks=1 << 15, block_size=16, max_model_len=8192)
 COEF = {"step": 0.002, "num_reqs": 1e-4, "prefill_chunks": 1e-3, "prefill_tokens": 1.2e-5,
-        "prefill_attn": 1e-8, "context": 2e-7, "sampled": 5e-5}  # fmt: skip
+        "prefill_attn": 1e-8, "decode_context": 2e-7, "sampled": 5e-5}  # fmt: skip
 TRUTH = CostModel(tuple(COEF.get(n, 0.0) for n in FEATURE_NAMES), request_overhead_s=0.008)
 KNOBS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128, "enable_chunked_prefill": True,
          "long_prefill_token_threshold": 0,
