@@ -182,8 +182,8 @@ class TrialRunner:
 
     def _settings(self, study: optuna.Study, trial: optuna.Trial, role: Role
                   ) -> RateSearchSettings:  # fmt: skip
-        predicted = attrs.predicted_of(trial)
-        if predicted or attrs.start_hint_of(trial):
+        predicted, hint = attrs.predicted_of(trial), attrs.start_hint_of(trial)
+        if predicted or hint:
             # The simulator's capacity, then one tolerance step at a time: a prediction within
             # the tolerance is settled in two levels (two steps then bisection took three). A
             # reference the simulator placed (a hint, not a prediction it is judged on) too.
@@ -191,8 +191,7 @@ class TrialRunner:
             # wherever it fails at its prediction, one more where it holds there.
             s = self.search
             step = 1 + s.rel_tol * (1 - 1e-9)  # exactly the tolerance apart counts as converged
-            start = (predicted / step**SCREENED_STEPS_BELOW if predicted
-                     else attrs.start_hint_of(trial))  # fmt: skip
+            start = predicted / step**SCREENED_STEPS_BELOW if predicted else hint
             return dataclasses.replace(s, start_rps=start, growth=step,
                                        min_rps=min(s.min_rps, start / 8))  # fmt: skip
         best = best_capacity(study)

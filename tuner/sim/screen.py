@@ -121,8 +121,8 @@ async def screen(target: SimTarget, meter: Meter, configs: list[Knobs], start_rp
     started = time.perf_counter()
     settings = _settings(start_rps)
     chains = [configs[i : i + CHAIN] for i in range(0, len(configs), CHAIN)]
-    count = min(len(chains), workers if workers is not None else _cores())
-    if count > 1 and "fork" in multiprocessing.get_all_start_methods():
+    count = _processes(len(chains), workers)
+    if count > 1:
         done = await _in_processes((target, meter, chains, settings), len(chains), count,
                                    _chain_in_child)  # fmt: skip
     else:
@@ -136,8 +136,8 @@ async def searches(target: SimTarget, jobs: list[tuple[Meter, Knobs, float]],
     """Independent capacity searches on the simulator, each a (meter, config, start rate): their
     capacities in order, spread over processes as `screen` spreads its chains. Each search
     starts at its own rate, so the figures are the same on one core or many."""
-    count = min(len(jobs), workers if workers is not None else _cores())
-    if count > 1 and "fork" in multiprocessing.get_all_start_methods():
+    count = _processes(len(jobs), workers)
+    if count > 1:
         return await _in_processes((target, jobs), len(jobs), count, _search_in_child)
     return [await _search(target, meter, knobs, start) for meter, knobs, start in jobs]
 
@@ -197,6 +197,13 @@ def _search_in_child(index: int) -> float:
     assert _JOB is not None
     target, jobs = _JOB
     return asyncio.run(_search(target, *jobs[index]))
+
+
+def _processes(tasks: int, workers: int | None) -> int:
+    """How many processes `tasks` independent tasks go to (1: this one, where fork is absent)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return min(tasks, workers if workers is not None else _cores())
 
 
 def _cores() -> int:

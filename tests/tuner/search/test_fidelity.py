@@ -1,11 +1,14 @@
 """When the simulator's check sends the search back to the target: an overstated gain over the
 default, not a capacity that the machine's drifting speed moved."""
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 from tuner.search.fidelity import Simulator, summary
+from tuner.search.pruner import CapacityPruner
 from tuner.search.screened import keep_verifying
+from tuner.store.attrs import role_attrs
 from tuner.store.records import Role, TrialRecord
 
 DEFAULT = {"max_num_batched_tokens": 2048}
@@ -186,11 +189,6 @@ def test_a_capacity_simulated_right_beside_a_default_simulated_wrong_does_not_se
 
 
 def test_a_screened_config_right_on_capacity_is_not_pruned_for_its_gain():
-    import optuna
-
-    from tuner.search.pruner import CapacityPruner
-    from tuner.store.attrs import role_attrs
-
     study = optuna.create_study(direction="maximize", pruner=CapacityPruner(gain_bound=0.2))
     study.enqueue_trial({}, user_attrs=role_attrs(Role.DEFAULT))
     study.tell(study.ask(), 9.05)
