@@ -188,18 +188,30 @@ class Simulator:
         assert self.sim is not None and self.meter is not None
         return (await screen(self.sim, self.meter, [knobs], start_rps)).ranked[0].capacity_rps
 
-    def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
-        """Queue the best screened config not measured yet; False when none is left."""
+    def next_unmeasured(self, space: SearchSpace, measured: list[Knobs]) -> Screened | None:
+        """The best screened config not measured yet, as a trial would run it."""
         done = {key(space.normalise(k)) for k in measured}
         for s in self.ranked:
             knobs = space.as_queued(s.knobs)  # as the study will hold it
             if key(knobs) not in done and s.capacity_rps > 0:
-                self.predicted[key(knobs)] = s.capacity_rps
-                role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps,
-                                              self.default_rps or None)  # fmt: skip
-                study.enqueue_trial(space.to_params(knobs), user_attrs=role_attrs)
-                return True
-        return False
+                return dataclasses.replace(s, knobs=knobs)
+        return None
+
+    def simulated(self, space: SearchSpace, knobs: Knobs) -> float | None:
+        """A config's capacity as the last screening ranked it; None if it was not ranked."""
+        wanted = key(space.normalise(knobs))
+        return next((s.capacity_rps for s in self.ranked
+                     if key(space.as_queued(s.knobs)) == wanted), None)  # fmt: skip
+
+    def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
+        """Queue the best screened config not measured yet; False when none is left."""
+        s = self.next_unmeasured(space, measured)
+        if s is None:
+            return False
+        self.predicted[key(s.knobs)] = s.capacity_rps
+        role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps, self.default_rps or None)
+        study.enqueue_trial(space.to_params(s.knobs), user_attrs=role_attrs)
+        return True
 
 
 def _serves_like_vllm(target: Target) -> bool:

@@ -1,16 +1,31 @@
-"""Verification rounds under a time budget: a queued config the budget left unmeasured ends
-the rounds instead of being read as a measured one (a 2-minute `tune` crashed on it)."""
+"""Verification rounds: a queued config the budget left unmeasured ends the rounds instead of
+being read as a measured one (a 2-minute `tune` crashed on it), and once a verified config has
+held its gain, the next is verified only if the simulator puts it a step above the best."""
 
 import asyncio
 from types import SimpleNamespace
 
 import optuna
+from optuna.trial import TrialState
 
+from engine_lite import EngineConfig
+from engine_lite.defaults import CPU_DEVICE
+from tuner.search.fidelity import Simulator
 from tuner.search.screened import _verify_next
-from tuner.search.space import BUDGET
+from tuner.search.space import BUDGET, SpaceFacts, build_space
+from tuner.sim.screen import Screened, grid
+from tuner.store import attrs
+from tuner.store.records import Role, TrialEnding
 from tuner.store.runfiles import RUN_FILE, RunFiles
+from tuner.targets.knobs import KnobSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+DEFAULTS = EngineConfig().resolved(CPU_DEVICE, max_model_len=4096)[0].scheduler_knobs()
+FACTS = SpaceFacts(block_size=16, max_model_len=4096, longest_prompt=3000)
+
+
+def space():
+    return build_space(KnobSpace(DEFAULTS, frozenset(DEFAULTS), "vLLM 0.32's CPU default"), FACTS)
 
 
 class NoScreening:
@@ -29,3 +44,61 @@ def test_a_config_queued_but_not_measured_ends_the_verification_rounds(tmp_path)
     run = SimpleNamespace(files=files, study=study, settings=SimpleNamespace(trials=100))
     done = asyncio.run(_verify_next(run, NoScreening(), budget=None, display=None))
     assert done is False
+
+
+class Lines:
+    def __init__(self):
+        self.lines = []
+
+    def set_phase(self, phase):
+        pass
+
+    def line(self, text):
+        self.lines.append(text)
+
+
+class Screening(Simulator):
+    """The run's simulator with its screening replaced by a fixed ranking."""
+
+    async def rescreen(self, space, start_rps):
+        return self.ranked
+
+
+def verified_run(tmp_path, first, measured_rps):
+    """A run with the default measured at 6 req/s and `first` verified at `measured_rps`."""
+    files = RunFiles(tmp_path)
+    files.ensure()
+    files.write_json(RUN_FILE, {"settings": {}, "slo": "tpot_p99=30ms", "study_name": "t"})
+    study = optuna.create_study(direction="maximize")
+    sp = space()
+    for role, knobs, rps in ((Role.DEFAULT, sp.default_config(), 6.0),
+                             (Role.SCREENED, first, measured_rps)):  # fmt: skip
+        trial = study.ask()
+        attrs.start_trial(trial, role, knobs)
+        attrs.end_capacity(trial, TrialEnding.CONVERGED, rps, rps * 1.15)
+        study.tell(trial, rps)
+    settings = SimpleNamespace(trials=100, rel_tol=0.15)
+    budget = SimpleNamespace(fits=lambda s: True)
+    meter = SimpleNamespace(expected_level_s=lambda rps: 10.0)
+    return SimpleNamespace(
+        files=files, study=study, settings=settings, space=sp, meter=meter
+    ), budget
+
+
+def test_verification_ends_when_the_next_config_is_within_a_step_of_the_best_measured(tmp_path):
+    # t1 of this machine: 432 / 32 simulated at 11.71, measured at 8.85; the refitted model
+    # then put 432 / 32 adaptive at 10.25, and it measured 8.91: 20 s for a tie.
+    first, twin = [k for k in grid(space(), [432], thresholds=True)
+                   if k["long_prefill_token_threshold"] == 32][:2]  # fmt: skip
+    run, budget = verified_run(tmp_path, first, 8.85)
+    sim = Screening(target=None, steps=None, profile=None)
+    sim.ranked = [Screened(first, 10.4, 3), Screened(twin, 10.25, 3)]
+    display = Lines()
+    assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
+    assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
+    assert "within a tolerance step" in display.lines[-1]
+    # More than a step above the best measured one (under the same model): verified.
+    sim.ranked = [Screened(twin, 12.2, 3), Screened(first, 10.4, 3)]
+    assert asyncio.run(_verify_next(run, sim, budget, display, held=True))
+    queued = [t for t in run.study.trials if t.state is TrialState.WAITING]
+    assert len(queued) == 1 and run.space.suggest(run.study.ask()) == twin
