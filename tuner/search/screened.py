@@ -111,9 +111,10 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
 async def _place_default(run: ScreenedRun, simulator: fidelity.Simulator,
                          display: StatusSink) -> float | None:  # fmt: skip
     """The built-in engine on a fresh run: the burst's steps and one level on a small budget
-    fit the simulator before the default is measured, so the default's rate search starts at
-    its simulated capacity (two levels when that is within the tolerance, where the climb from
-    80% of the burst's throughput took five). None when there is too little to fit on."""
+    fit the simulator before the default is measured, so the default's rate search starts
+    near its simulated capacity (a step above it, `trial.PLACED_STEPS_ABOVE`: two levels
+    where the climb from 80% of the burst's throughput took five). None when there is too
+    little to fit on."""
     s, default = run.settings, run.space.default_config()
     burst = s.burst_requests(run.target.facts.device)
     start = s.start_rps or await first_start_rps(run.study, run.meter, default, burst, display)
@@ -122,7 +123,8 @@ async def _place_default(run: ScreenedRun, simulator: fidelity.Simulator,
     if not await simulator.fit(run.meter, []):
         return None
     hint = await simulator.capacity_of(default, start)
-    display.line(f"the default's search starts at its simulated capacity, {hint:.2f} req/s")
+    display.line(f"the simulator puts the default at {hint:.2f} req/s; its search starts a "
+                 "step above (the first fit reads it slow)")  # fmt: skip
     return hint or None
 
 

@@ -32,6 +32,11 @@ LATER_GROWTH = 1.5
 # figures): of ten verified in five built-in runs, nine failed at their simulated capacity
 # (six held 13-24% below it, three failed 32% below it too and were pruned); one held there.
 SCREENED_STEPS_BELOW = 1
+# A default the simulator placed (fitted on the burst and the small-budget level alone) starts
+# this many steps above the hint: the first fit reads the default slow. In 16 built-in runs it
+# held at the hint every time, and in 7 a step above too (3-4 levels where 2 would do); a
+# failing level stops early, so starting a step up costs no level where the hint was right.
+PLACED_STEPS_ABOVE = 1
 
 
 class ProgressSink(Protocol):
@@ -188,10 +193,12 @@ class TrialRunner:
             # the tolerance is settled in two levels (two steps then bisection took three). A
             # reference the simulator placed (a hint, not a prediction it is judged on) too.
             # A screened config starts a step below (SCREENED_STEPS_BELOW): one level fewer
-            # wherever it fails at its prediction, one more where it holds there.
+            # wherever it fails at its prediction, one more where it holds there; a placed
+            # default a step above (PLACED_STEPS_ABOVE), as the first fit reads it slow.
             s = self.search
             step = 1 + s.rel_tol * (1 - 1e-9)  # exactly the tolerance apart counts as converged
-            start = predicted / step**SCREENED_STEPS_BELOW if predicted else hint
+            start = (predicted / step**SCREENED_STEPS_BELOW if predicted
+                     else hint * step**PLACED_STEPS_ABOVE)  # fmt: skip
             return dataclasses.replace(s, start_rps=start, growth=step,
                                        min_rps=min(s.min_rps, start / 8))  # fmt: skip
         best = best_capacity(study)

@@ -63,11 +63,12 @@ async def test_a_reference_cut_after_a_pass_keeps_that_rate_as_a_lower_bound(
     assert record.value == record.capacity_rps == 2.0
 
 
-async def test_a_screened_config_starts_a_step_below_its_prediction_a_placed_default_at_it(
+async def test_a_screened_config_starts_a_step_below_its_prediction_a_placed_default_above(
     tmp_path, sim_target, fake_clock
 ):
     # The simulator's top picks are those it overstates most: their search starts one
-    # tolerance step (20% here) below the prediction. A default it placed is only a hint.
+    # tolerance step (20% here) below the prediction. A default it placed is only a hint,
+    # which the first fit (burst and small-budget level) reads slow: a step above it.
     study = optuna.create_study(direction="maximize")
     study.enqueue_trial({}, user_attrs=role_attrs(Role.SCREENED, predicted_rps=12.0,
                                                   predicted_default_rps=6.0))  # fmt: skip
@@ -76,4 +77,4 @@ async def test_a_screened_config_starts_a_step_below_its_prediction_a_placed_def
     screened = await run.run(study, study.ask())
     default = await run.run(study, study.ask())
     assert abs(screened.levels[0].rate_rps - 10.0) < 1e-6
-    assert default.levels[0].rate_rps == 9.0
+    assert abs(default.levels[0].rate_rps - 10.8) < 1e-6
