@@ -233,7 +233,8 @@ def _sim(view: RunView) -> dict[str, Any] | None:
             "min_gain_error": summary.get("min_gain_error", summary["max_error"]),
             "fell_back": summary["fell_back"], "screen_s": summary["screen_s"],
             "model_source": summary["model_source"], "verified": summary["verified"],
-            "chunk_probe": summary.get("chunk_probe")}  # fmt: skip
+            "chunk_probe": summary.get("chunk_probe"),
+            "verification_ended": summary.get("verification_ended")}  # fmt: skip
 
 
 def _robustness(view: RunView) -> dict[str, Any] | None:

@@ -49,7 +49,9 @@ def sim_note(rec: dict[str, Any]) -> str:
         "verified config held its gain): a "
         "model errs for a config and the default alike, while a shared machine's speed drifts "
         f"between measurements minutes apart. Here {verdict}."
-    )
+        + (f" Verification ended because {sim['verification_ended']}."
+           if sim.get("verification_ended") else "")
+    )  # fmt: skip
 
 
 def band_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:

@@ -78,6 +78,7 @@ class Simulator:
     fit_p90_error: float = 0.0
     chunk: ChunkProbe | None = None  # what a prefill chunk costs, measured apart (built-in)
     probed: bool = False
+    verification_ended: str | None = None  # why no further config was verified, if not budget
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
@@ -293,7 +294,8 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
             "chunk_probe": simulator.chunk.to_json() if simulator.chunk else None,
             "verified": verified, "max_error": worst,
             "max_gain_error": max(judged, default=0.0), "min_gain_error": best_gain,
-            "error_bound": bound, "fell_back": best_gain > bound}  # fmt: skip
+            "error_bound": bound, "fell_back": best_gain > bound,
+            "verification_ended": simulator.verification_ended}  # fmt: skip
 
 
 def gain_error(predicted_rps: float, predicted_default_rps: float, allowed_rps: float,

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from tuner.measure.meter import Meter
 from tuner.report.live import StatusSink
+from tuner.report.summary import short_config
 from tuner.search import fidelity
 from tuner.search.loop import Budget, SearchLog
 from tuner.search.space import SearchSpace
@@ -26,6 +27,7 @@ from tuner.store import attrs
 from tuner.store.records import Mode, Role
 from tuner.store.runfiles import RunFiles, RunView
 from tuner.targets.base import Target
+from tuner.targets.knobs import knobs_to_json
 
 
 class ScreenedRun(Protocol):
@@ -189,10 +191,14 @@ async def _within_a_step(run: ScreenedRun, simulator: fidelity.Simulator, view: 
     step = 1 + run.settings.rel_tol
     if ours <= 0 or following.capacity_rps > step * ours:
         return False
-    display.line(f"the simulator puts the next config at {following.capacity_rps:.2f} req/s, "
-                 f"within a tolerance step ({run.settings.rel_tol:.0%}) of its "
-                 f"{ours:.2f} for the best measured ({best.capacity_rps:.2f} measured): "
-                 "verification ends")  # fmt: skip
+    config = short_config(knobs_to_json(following.knobs))
+    simulator.verification_ended = (
+        f"the refitted simulator put the next config ({config}) at "
+        f"{following.capacity_rps:.2f} req/s, within a tolerance step "
+        f"({run.settings.rel_tol:.0%}) of its {ours:.2f} for the best measured config "
+        f"({best.capacity_rps:.2f} measured), so no more configs were verified"
+    )
+    display.line(simulator.verification_ended)
     return True
 
 

@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 
 from engine_lite import EngineConfig
 from engine_lite.defaults import CPU_DEVICE
-from tuner.search.fidelity import Simulator
+from tuner.report.simulated import sim_note
+from tuner.search.fidelity import Simulator, summary
 from tuner.search.screened import _verify_next
 from tuner.search.space import BUDGET, SpaceFacts, build_space
 from tuner.sim.screen import Screened, grid
@@ -97,6 +98,9 @@ def test_verification_ends_when_the_next_config_is_within_a_step_of_the_best_mea
     assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
     assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
     assert "within a tolerance step" in display.lines[-1]
+    # The report says why no more configs were verified.
+    assert summary(sim, [])["verification_ended"] == display.lines[-1]
+    assert display.lines[-1] in sim_note({"sim": {**summary(sim, []), "screen_s": 1.0}})
     # More than a step above the best measured one (under the same model): verified.
     sim.ranked = [Screened(twin, 12.2, 3), Screened(first, 10.4, 3)]
     assert asyncio.run(_verify_next(run, sim, budget, display, held=True))
