@@ -198,12 +198,6 @@ class Simulator:
                 return dataclasses.replace(s, knobs=knobs)
         return None
 
-    def simulated(self, space: SearchSpace, knobs: Knobs) -> float | None:
-        """A config's capacity as the last screening ranked it; None if it was not ranked."""
-        wanted = key(space.normalise(knobs))
-        return next((s.capacity_rps for s in self.ranked
-                     if key(space.as_queued(s.knobs)) == wanted), None)  # fmt: skip
-
     def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
         """Queue the best screened config not measured yet; False when none is left."""
         s = self.next_unmeasured(space, measured)

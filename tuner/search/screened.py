@@ -185,7 +185,10 @@ async def _within_a_step(run: ScreenedRun, simulator: fidelity.Simulator, view: 
     best = max(view.finished, key=lambda t: t.capacity_rps or 0.0, default=None)
     if following is None or best is None or not best.capacity_rps:
         return False
-    ours = simulator.simulated(run.space, best.knobs)
+    # Under the model that ranked the next one: as the last screening read it, if it did.
+    wanted = fidelity.key(run.space.normalise(best.knobs))
+    ours = next((s.capacity_rps for s in simulator.ranked
+                 if fidelity.key(run.space.as_queued(s.knobs)) == wanted), None)  # fmt: skip
     if ours is None:
         ours = await simulator.capacity_of(best.knobs, start)
     step = 1 + run.settings.rel_tol
