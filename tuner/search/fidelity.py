@@ -198,15 +198,11 @@ class Simulator:
                 return dataclasses.replace(s, knobs=knobs)
         return None
 
-    def queue_next(self, study: optuna.Study, space: SearchSpace, measured: list[Knobs]) -> bool:
-        """Queue the best screened config not measured yet; False when none is left."""
-        s = self.next_unmeasured(space, measured)
-        if s is None:
-            return False
+    def queue(self, study: optuna.Study, space: SearchSpace, s: Screened) -> None:
+        """Queue a screened config (from `next_unmeasured`) for verification."""
         self.predicted[key(s.knobs)] = s.capacity_rps
         role_attrs = attrs.role_attrs(Role.SCREENED, s.capacity_rps, self.default_rps or None)
         study.enqueue_trial(space.to_params(s.knobs), user_attrs=role_attrs)
-        return True
 
 
 def _serves_like_vllm(target: Target) -> bool:

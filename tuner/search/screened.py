@@ -23,6 +23,7 @@ from tuner.search.starting import enqueue_default, first_start_rps
 from tuner.search.study import has_role, top_trials
 from tuner.sim import robust
 from tuner.sim.profile import Profile
+from tuner.sim.screen import Screened
 from tuner.store import attrs
 from tuner.store.records import Mode, Role
 from tuner.store.runfiles import RunFiles, RunView
@@ -167,23 +168,26 @@ async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: 
                  f"({simulator.source}); best simulated {top:.2f} req/s")  # fmt: skip
     if not budget.fits(3 * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
         return False
-    measured = [t.knobs for t in view.trials]
-    if held and await _within_a_step(run, simulator, view, measured, start, display):
+    following = simulator.next_unmeasured(run.space, [t.knobs for t in view.trials])
+    if following is None:
         return False
-    return simulator.queue_next(run.study, run.space, measured)
+    if held and await _within_a_step(run, simulator, view, following, start, display):
+        return False
+    simulator.queue(run.study, run.space, following)
+    return True
 
 
 async def _within_a_step(run: ScreenedRun, simulator: fidelity.Simulator, view: RunView,
-                         measured: list, start: float, display: StatusSink) -> bool:  # fmt: skip
+                         following: Screened, start: float, display: StatusSink
+                         ) -> bool:  # fmt: skip
     """Does the refitted simulator put the next config within one tolerance step of the best
     config measured so far (both read by the same model)? A rate search walks in such steps,
     so it could not tell the two apart, and a verification costs 2-4 levels (20-40 s). In
     seven built-in runs whose first verified config held, the second was verified beside it:
     six measured at most 1% above it (five below, or pruned); one 20% above, the same budget
     and threshold with the adaptive switch on, a gap the same config's runs show as noise."""
-    following = simulator.next_unmeasured(run.space, measured)
     best = max(view.finished, key=lambda t: t.capacity_rps or 0.0, default=None)
-    if following is None or best is None or not best.capacity_rps:
+    if best is None or not best.capacity_rps:
         return False
     # Under the model that ranked the next one: as the last screening read it, if it did.
     wanted = fidelity.key(run.space.normalise(best.knobs))

@@ -143,8 +143,7 @@ async def searches(target: SimTarget, jobs: list[tuple[Meter, Knobs, float]],
 
 
 async def _search(target: SimTarget, meter: Meter, knobs: Knobs, start_rps: float) -> float:
-    await target.apply(knobs)
-    return (await meter.capacity(_settings(start_rps))).capacity_rps
+    return (await _chain(target, meter, [knobs], _settings(start_rps)))[0].capacity_rps
 
 
 def _settings(start_rps: float) -> RateSearchSettings:

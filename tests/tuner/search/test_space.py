@@ -204,5 +204,5 @@ def test_the_simulator_does_not_queue_a_config_measured_already():
     sim = Simulator(target=None, steps=None, profile=None)
     sim.ranked = [Screened(first, 9.0, 3), Screened(second, 8.0, 3)]
     study = optuna.create_study()
-    assert sim.queue_next(study, sp, [first])
+    sim.queue(study, sp, sim.next_unmeasured(sp, [first]))
     assert sp.suggest(study.ask()) == second  # the enqueued trial, as it runs
