@@ -20,11 +20,10 @@ from tuner.measure.meter import Clock, LevelSettings, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish, report_lost_server
+from tuner.search.choice import choose, choose_robust
 from tuner.search.claim import claim_confirmation, latest_report, open_jobs
 from tuner.search.confirm import (
     Confirmer,
-    choose,
-    choose_robust,
     confirm_order,
     default_at_rate,
     repooled,

@@ -19,8 +19,9 @@ from tuner.report.plots import importance, report_figures
 from tuner.report.recommendation import build_recommendation
 from tuner.report.render import write_reports
 from tuner.report.summary import print_summary
+from tuner.search.choice import choose
 from tuner.search.claim import StoredReport, latest_report, load_jobs
-from tuner.search.confirm import build_candidate, candidate_rate, choose, search_candidate
+from tuner.search.confirm import build_candidate, candidate_rate, search_candidate
 from tuner.search.storage import masked, open_storage
 from tuner.search.study import load_study, top_trials
 from tuner.store import attrs

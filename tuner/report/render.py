@@ -260,7 +260,9 @@ def render_html(rec: dict[str, Any], figures: dict[str, bytes]) -> str:
                   "is confirmed at the highest rate whose runs hold pooled with every "
                   "term's whole interval and each on its own, below any rate that does "
                   "not. A config whose search capacity is at most a rate already confirmed "
-                  "is not re-measured: re-measuring only steps down from it.</p>"]  # fmt: skip
+                  "is not re-measured: re-measuring only steps down from it. Nor is the "
+                  "default below such a rate: the same-traffic check measures it at the "
+                  "recommended rate instead.</p>"]  # fmt: skip
     if sim := sim_table(rec):
         parts += ["<h2>Simulated against measured</h2>", f"<p>{e(sim_note(rec))}</p>",
                   _html_table(*sim)]  # fmt: skip

@@ -6,7 +6,8 @@ from engine_lite import EngineConfig
 from loadgen import build_workload
 from slo import parse_slo
 from tuner.measure.meter import LevelSettings, Meter
-from tuner.search.confirm import Confirmer, choose
+from tuner.search.choice import choose
+from tuner.search.confirm import Confirmer
 from tuner.store.records import Candidate, Mode, Role, TrialRecord, rules_for
 from tuner.store.runfiles import RunFiles
 from tuner.targets.builtin import BuiltinTarget
@@ -77,10 +78,38 @@ def test_the_best_is_confirmed_first_and_a_config_that_cannot_beat_it_is_not_mea
     # 256 held only a step down, at 9.6: 512 could still win, so it is measured.
     assert not cannot_win(b, [confirmed(a, 9.6)], Mode.CAPACITY)
     assert not cannot_win(b, [confirmed(a, 0.0)], Mode.CAPACITY)  # nothing cleared yet
-    # A reference is always measured (the report states its capacity), and --rate mode ranks
-    # goodput at one rate, which a step down does not bound.
-    assert not cannot_win(default, [confirmed(a, 11.0)], Mode.CAPACITY)
+    # The default below a confirmed rate is left to the same-traffic check, which measures it
+    # at that rate; at or above it, it could still be kept, so it is measured.
+    assert cannot_win(default, [confirmed(a, 11.0)], Mode.CAPACITY)
+    assert not cannot_win(default, [confirmed(a, 9.0)], Mode.CAPACITY)
+    assert not cannot_win(default, [confirmed(a, 0.0)], Mode.CAPACITY)
+    # The rule of thumb is always measured (nothing else states its capacity), and --rate mode
+    # ranks goodput at one rate, which a step down does not bound.
+    assert not cannot_win(rule, [confirmed(a, 11.0)], Mode.CAPACITY)
     assert not cannot_win(b, [confirmed(a, 11.0)], Mode.GOODPUT)
+    assert not cannot_win(default, [confirmed(a, 11.0)], Mode.GOODPUT)
+
+
+def test_a_config_that_clears_only_at_or_below_the_defaults_stated_capacity_is_not_chosen():
+    from tuner.measure.verdict import Interval
+
+    def cand(n: int, role: Role, cleared_at: float, stated: float | None = None) -> Candidate:
+        ci = Interval(stated, stated, stated) if stated is not None else None
+        return Candidate(n, role, {"max_num_batched_tokens": n}, 9.0, None, 1, cleared_at,  # type: ignore[arg-type]
+                         capacity_ci=ci)  # fmt: skip
+
+    # A built-in run: the default passed at 7.82 req/s on both of its draws (stated there, its
+    # strict rule clearing only at 6.80); 432 / 112 cleared at 7.36, "1.08x the default".
+    default = cand(0, Role.DEFAULT, 6.80, stated=7.82)
+    assert choose([cand(1, Role.SCREENED, 7.36), default]) is default
+    # The default kept even where its own intervals cleared at no rate.
+    unsettled = cand(0, Role.DEFAULT, 0.0, stated=7.82)
+    assert choose([cand(1, Role.SCREENED, 7.36), unsettled]) is unsettled
+    # Above the default's figure the searched config is chosen.
+    above = cand(2, Role.SCREENED, 8.54)
+    assert choose([cand(1, Role.SCREENED, 7.36), above, default]) is above
+    # A default not re-measured (left to the same-traffic check) sets no bar.
+    assert choose([cand(1, Role.SCREENED, 7.36), cand(0, Role.DEFAULT, 0.0)]).trial == 1
 
 
 async def test_a_searched_configs_draw_that_misses_alone_stops_and_the_rate_steps_down(tmp_path):

@@ -1,8 +1,9 @@
 """The traffic band: request lists with more or fewer long prompts, and --robust's choice."""
 
 from loadgen import build_workload
-from tuner.search.confirm import choose_robust
+from tuner.search.choice import choose_robust
 from tuner.sim.robust import long_fraction, reshaped
+from tuner.store.records import Candidate, Role
 
 
 def test_a_reshaped_list_moves_only_the_long_prompt_fraction():
@@ -19,16 +20,14 @@ def test_a_reshaped_list_moves_only_the_long_prompt_fraction():
     assert reshaped(requests, 1.0, seed=0) == list(requests)
 
 
-class _Candidate:
-    def __init__(self, trial, clears, confirmed_rps, search_value=0.0):
-        self.trial, self.clears = trial, clears
-        self.confirmed_rps, self.search_value = confirmed_rps, search_value
+def _candidate(trial: int, confirmed_rps: float, search_value: float = 0.0) -> Candidate:
+    return Candidate(trial, Role.SCREENED, {}, search_value, None, 1, confirmed_rps)  # type: ignore[arg-type]
 
 
 def test_robust_picks_the_best_worst_case_among_configs_that_clear():
-    fast_but_fragile = _Candidate(1, True, 9.0)
-    steady = _Candidate(2, True, 7.0)
-    best_worst_but_unconfirmed = _Candidate(3, False, 0.0, 8.0)
+    fast_but_fragile = _candidate(1, 9.0)
+    steady = _candidate(2, 7.0)
+    best_worst_but_unconfirmed = _candidate(3, 0.0, 8.0)
     band = {"configs": [{"trial": 1, "worst_rps": 3.0}, {"trial": 2, "worst_rps": 5.0},
                         {"trial": 3, "worst_rps": 6.0}]}  # fmt: skip
     candidates = [fast_but_fragile, steady, best_worst_but_unconfirmed]
