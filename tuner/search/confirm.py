@@ -224,11 +224,17 @@ def step_wasted(trial: TrialRecord, cand: Candidate, probe: float, below: float,
     at the highest rate its pooled runs pass on point estimates, so once they pass at `probe`
     and a searched config cleared above it, a lower rate changes nothing either: on vLLM the
     default passed on 3 draws at 19.16 req/s beside 768 / 384 confirmed at 27.45, and two more
-    levels at 16.66 and 14.49 (43 s) only made its interval clear there."""
+    levels at 16.66 and 14.49 (43 s) only made its interval clear there. The default, once its
+    pooled runs pass at `probe` beside any rival, is kept over a searched config that clears at
+    or below that figure and loses to one clearing above it (`choose`), whatever a lower level
+    reads: two built-in runs stepped it from 7.82 to 6.80 and from 8.14 to 7.07 req/s after it
+    had passed there on both draws."""
     best = max((c.confirmed_rps for c in rivals), default=0.0)
     if not trial.role.is_reference:
         return below < best
     passes = cand.capacity_ci is not None and cand.capacity_ci.point >= probe
+    if trial.role is Role.DEFAULT and rivals:
+        return passes
     return passes and best > probe
 
 

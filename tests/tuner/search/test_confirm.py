@@ -182,5 +182,12 @@ def test_a_reference_stops_stepping_down_once_its_reported_figure_cannot_change(
     assert not step_wasted(default, cand(17.57), 19.16, 16.66, [rival])
     # Nothing confirmed above it (or --robust, no rivals): it may be the recommendation.
     assert not step_wasted(default, cand(19.16), 19.16, 16.66, [])
+    # A rival confirmed below it: the default, stated at 19.16, is kept over it either way.
     low_rival = Candidate(2, Role.SCREENED, {"max_num_batched_tokens": 768}, 20.0, None, 2, 15.0)  # type: ignore[arg-type]
-    assert not step_wasted(default, cand(19.16), 19.16, 16.66, [low_rival])
+    assert step_wasted(default, cand(19.16), 19.16, 16.66, [low_rival])
+    assert choose([low_rival, cand(19.16, confirmed=16.66)]).trial == default.number
+    assert choose([low_rival, cand(19.16)]).trial == default.number
+    # The rule of thumb steps down below a rival's rate: whether it clears decides the choice.
+    thumb = TrialRecord(1, TrialState.COMPLETE, Role.RULE_OF_THUMB, default.knobs, value=19.16,
+                        capacity_rps=19.16)  # fmt: skip
+    assert not step_wasted(thumb, cand(19.16), 19.16, 16.66, [low_rival])
