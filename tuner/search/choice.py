@@ -7,7 +7,6 @@ config is chosen only where it clears above that figure, and the default is kept
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from tuner.store.records import Candidate, Role
@@ -21,24 +20,16 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
     A searched config that clears only at or below that rate is no gain over it: one built-in
     run recommended 432 / 112 confirmed at 7.36 req/s, "1.08x the default", where the default
     had passed at 7.82 on both of its draws."""
-    bar = stated_default_rps(candidates)
+    default = next((c for c in candidates if c.role is Role.DEFAULT), None)
+    # Its stated figure, from its re-measured runs (0 when it was not re-measured).
+    bar = default.capacity_ci.point if default and default.capacity_ci else 0.0
     clearing = [c for c in candidates
                 if c.clears and (c.role.is_reference or c.confirmed_rps > bar)]  # fmt: skip
     if clearing:
         return max(clearing, key=lambda c: (c.confirmed_rps, c.search_value))
-    default = next((c for c in candidates if c.role is Role.DEFAULT), None)
     if bar > 0 and default is not None:
         return default
     return max(candidates, key=lambda c: c.search_value, default=None)
-
-
-def stated_default_rps(candidates: Sequence[Candidate]) -> float:
-    """The default's capacity as the report states it, from its re-measured runs (0 when it
-    was not re-measured)."""
-    default = next((c for c in candidates if c.role is Role.DEFAULT), None)
-    if default is None or default.capacity_ci is None:
-        return 0.0
-    return default.capacity_ci.point
 
 
 def choose_robust(candidates: list[Candidate], band: dict[str, Any] | None) -> Candidate | None:
