@@ -17,6 +17,12 @@ VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar
 real levels: how many were measured again, the most CPU other processes used, the most the
 hypervisor stole (tuner/measure/contention.py).
 
+`--repeats N` measures every real figure N times (each config's capacity search, in an order
+turned each round, then N levels at each load) and judges the simulator against their median,
+as a benchmark quotes medians: one draw's capacity moves a rate step or more on its own. Each
+row keeps every draw (`real_capacity_rps_each`, `tpot_p99_ms_each`, ...) and the first draw's
+capacity error (`capacity_err_first`), the figure a single run would have given.
+
 With `--vllm-folder DIR` real vLLM 0.32 serving that folder is measured too, its simulator
 fitted as `tune --engine vllm` fits it (on the default's levels, from what the clients saw);
 each vLLM config is one server start.
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,36 +105,63 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
     return simulator, default
 
 
+async def real_capacities(target: Any, meter: Meter, configs: list[dict],
+                          repeats: int) -> list[list[Any]]:  # fmt: skip
+    """Each config's real capacity search, `repeats` times, the order turned each round so a
+    slow stretch of the machine does not land on the same config every time."""
+    found: list[list[Any]] = [[] for _ in configs]
+    for round_ in range(repeats):
+        for i in [(round_ + j) % len(configs) for j in range(len(configs))]:
+            await target.apply(configs[i])
+            found[i].append(await meter.capacity(SEARCH))
+    return found
+
+
+def median_of(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
 async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dict,
-                  workload: str) -> dict[str, Any]:  # fmt: skip
-    """One config on one workload: capacity, then the two latency figures at each load."""
-    await target.apply(knobs)
-    real = await meter.capacity(SEARCH)
+                  workload: str, reals: list[Any]) -> dict[str, Any]:  # fmt: skip
+    """One config on one workload: capacity (the median of its real searches), then the two
+    latency figures at each share of it (the median of as many real levels)."""
     await sim.sim.apply(knobs)
     simulated = await sim.meter.capacity(SEARCH)
+    each = [r.capacity_rps or 0.0 for r in reals]
+    real_rps = statistics.median(each)
     out: dict[str, Any] = {
         "workload": workload,
         "config": knobs,
-        "real_capacity_rps": real.capacity_rps,
+        "real_capacity_rps": real_rps,
+        "real_capacity_rps_each": each,
         "sim_capacity_rps": simulated.capacity_rps,
-        "capacity_err": rel_err(simulated.capacity_rps, real.capacity_rps),
+        "capacity_err": rel_err(simulated.capacity_rps, real_rps),
+        "capacity_err_first": rel_err(simulated.capacity_rps, each[0]),
     }
     real_meter, sim_meter = (dataclasses.replace(m, settings=dataclasses.replace(
         m.settings, min_requests=LATENCY_MIN_REQUESTS)) for m in (meter, sim.meter))  # fmt: skip
-    watched = list(real.levels)
+    await target.apply(knobs)
+    watched = [level for r in reals for level in r.levels]
     for load in LOADS:
-        rate = load * (real.capacity_rps or 0.0)
+        rate = load * real_rps
         if rate <= 0:
             continue
-        watched.append(await real_meter.level(rate))
-        got = compute_metrics(watched[-1].records)
+        got = []
+        for _ in reals:  # as many latency levels as capacity searches
+            watched.append(await real_meter.level(rate))
+            got.append(compute_metrics(watched[-1].records))
         want = compute_metrics((await sim_meter.level(rate)).records)
-        key = f"{load:.0%}"
-        out[key] = {"rate_rps": rate,
-                    "tpot_p99_ms": [1000 * want.p99_tpot_s, 1000 * got.p99_tpot_s],
-                    "ttft_p99_ms": [1000 * want.p99_ttft_s, 1000 * got.p99_ttft_s],
-                    "tpot_p99_err": rel_err(want.p99_tpot_s, got.p99_tpot_s),
-                    "ttft_p99_err": rel_err(want.p99_ttft_s, got.p99_ttft_s)}  # fmt: skip
+        tpot = [1000 * g.p99_tpot_s for g in got]
+        ttft = [1000 * g.p99_ttft_s for g in got]
+        out[f"{load:.0%}"] = {
+            "rate_rps": rate,
+            "tpot_p99_ms": [1000 * want.p99_tpot_s, median_of(tpot)],
+            "ttft_p99_ms": [1000 * want.p99_ttft_s, median_of(ttft)],
+            "tpot_p99_ms_each": tpot, "ttft_p99_ms_each": ttft,
+            "tpot_p99_err": rel_err(1000 * want.p99_tpot_s, median_of(tpot)),
+            "ttft_p99_err": rel_err(1000 * want.p99_ttft_s, median_of(ttft)),
+        }  # fmt: skip
     out["machine"] = machine(watched)
     return out
 
@@ -164,12 +198,12 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
         for name in args.workloads:
             meter = meter_for(name)
             sim.meter = dataclasses.replace(sim.meter, requests=meter.requests)
+            full = [space.normalise({**space.default_config(), **k}) for k in configs]
+            reals = await real_capacities(target, meter, full, args.repeats)
             rows = []
-            for knobs in configs:
-                row = await compare(target, sim, meter, space.normalise(
-                    {**space.default_config(), **knobs}), name)  # fmt: skip
-                rows.append(row)
-                print(json.dumps(row, default=str), file=sys.stderr)
+            for knobs, real in zip(full, reals, strict=True):
+                rows.append(await compare(target, sim, meter, knobs, name, real))
+                print(json.dumps(rows[-1], default=str), file=sys.stderr)
             out["detail"] += rows
             out["errors"][name] = {
                 f: worst(rows, f) for f in ("capacity_err", "tpot_p99_err", "ttft_p99_err")
@@ -208,8 +242,16 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="one held-out config (a smoke run)")
     p.add_argument("--vllm-folder", help="also real vLLM serving this Hugging Face folder")
     p.add_argument("--vllm-command", help="vLLM server command prefix (default: found)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="real measurements of each figure; errors are against their median",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.repeats < 1:
+        p.error(f"--repeats {args.repeats}: give 1 or more")
     result = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
