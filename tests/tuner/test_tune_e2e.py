@@ -263,6 +263,17 @@ def test_the_simulator_screens_and_every_recommended_figure_is_measured(tmp_path
     if rec["best"] is not None:
         measured = {t["trial"] for t in rec["trials"] if t["state"] == "complete"}
         assert rec["best"]["trial"] in measured
+    # Screening measures only the default: the table's config (4096 for `mixed`) is reported as
+    # not measured, with its capacity in virtual time, never with the default's figure.
+    thumb = rec["rule_of_thumb"]
+    if "rule_of_thumb" in {t["role"] for t in rec["trials"]}:  # a fall-back measured it
+        assert thumb["measured"] and thumb["capacity_rps"] is not None
+    else:
+        assert thumb["measured"] is False and thumb["capacity_rps"] is None
+        assert thumb["config"]["max_num_batched_tokens"] == 4096 and thumb["simulated_rps"] > 0
+        assert rec["ratio_vs_rule_of_thumb"] is None
+        md = (run_dir / "recommendation.md").read_text()
+        assert "was not measured in this run" in md and "as vLLM's default here" not in md
     # The top configs and the default across the traffic band: 3 long-prompt fractions x 3
     # burstiness shapes, each cell a capacity; --robust chose by the worst cell.
     band = rec["robustness"]

@@ -19,7 +19,8 @@ from tuner.report.summary import (
     summary_line,
     vllm_flags,
 )
-from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario
+from tuner.search.space import BUDGET
+from tuner.search.starting import RULE_OF_THUMB_TEXT, Scenario, rule_of_thumb_knobs
 from tuner.store import attrs
 from tuner.store.codec import candidate_json, clean_json, same_rate_json, term_json
 from tuner.store.records import Candidate, Confirmation, Mode, Role, TrialRecord
@@ -97,19 +98,30 @@ def build_recommendation(
 def _references(
     view: RunView, candidates: dict[int, Candidate], info: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The default's and the rule of thumb's entries (the default stands in for a rule of
-    thumb that equals it)."""
+    """The default's and the rule of thumb's entries. The default stands in for a rule of
+    thumb that equals it; one that differs and was not measured (screening measures only the
+    default) is entered as such, with its simulated capacity when the run has one."""
     default = view.with_role(Role.DEFAULT)
-    thumb = view.with_role(Role.RULE_OF_THUMB) or default
+    thumb = view.with_role(Role.RULE_OF_THUMB)
     default_entry = (config_entry(default, candidates.get(default.number), reference=True)
                      if default else None)  # fmt: skip
-    if thumb is None:
-        return default_entry, None
     scenario = Scenario(info.get("scenario", Scenario.CHAT.value))
-    thumb_entry = config_entry(thumb, candidates.get(thumb.number), reference=True)
-    thumb_entry.update(scenario=scenario.value, table=RULE_OF_THUMB_TEXT[scenario],
-                       same_as_default=thumb is default)  # fmt: skip
-    return default_entry, thumb_entry
+    table = {"scenario": scenario.value, "table": RULE_OF_THUMB_TEXT[scenario]}
+    if thumb is not None:
+        entry = config_entry(thumb, candidates.get(thumb.number), reference=True)
+        return default_entry, {**entry, **table, "measured": True, "same_as_default": False}
+    simulated = (attrs.sim_summary(view.study) or {}).get("rule_of_thumb")
+    if default is None:
+        return None, None
+    knobs = rule_of_thumb_knobs(scenario, default.knobs)
+    if simulated is None and knobs[BUDGET] == default.knobs.get(BUDGET):
+        entry = config_entry(default, candidates.get(default.number), reference=True)
+        return default_entry, {**entry, **table, "measured": True, "same_as_default": True}
+    return default_entry, {
+        **table, "config": simulated["config"] if simulated else knobs_to_json(knobs),
+        "measured": False, "capacity_rps": None, "same_as_default": False,
+        "simulated_rps": simulated["simulated_rps"] if simulated else None,
+    }  # fmt: skip
 
 
 def config_entry(trial: TrialRecord, candidate: Candidate | None,

@@ -87,6 +87,13 @@ def comparison_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             continue
         if key == "rule_of_thumb":
             label = f"rule of thumb ({e.get('table')})"
+        if e.get("measured") is False:  # screening measures only the default
+            simulated = e.get("simulated_rps")
+            told = "not measured"
+            if simulated:
+                told += f" (simulated {simulated:.2f} req/s)"
+            rows.append([label, short_config(e["config"]), told, "-", "-", "-", "-"])
+            continue
         cap = e.get("capacity_rps") or 0.0
         ratio = f"{cap / default_cap:.2f}x" if default_cap else "-"
         rows.append([label, short_config(e["config"]), f"{cap:.2f} req/s", _interval(e),

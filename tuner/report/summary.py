@@ -193,14 +193,29 @@ def _certainty(t: dict[str, Any]) -> str:
 
 
 def bought_line(rec: dict[str, Any]) -> str | None:
-    """What measuring bought over the table's value, when both were measured."""
+    """What measuring bought over the table's value, when both were measured; a rule of thumb
+    the run did not measure is said to be so, never read off the default."""
     thumb, ratio = rec.get("rule_of_thumb"), rec.get("ratio_vs_rule_of_thumb")
-    if not thumb or ratio is None:
+    best = rec.get("best")
+    if not thumb or not best:
         return None
-    same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
-    return (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} req/s"
-            f"{same}; the measured config serves {ratio:.2f}x that. What stops the "
-            f"recommended config going faster: {rec['best']['limited_by']}.")  # fmt: skip
+    if thumb.get("measured") is False:
+        head = f"The rule of thumb ({thumb_text(thumb)}) was not measured in this run."
+    elif ratio is None:
+        return None
+    else:
+        same = " (the same as vLLM's default here)" if thumb.get("same_as_default") else ""
+        head = (f"The rule of thumb ({thumb['table']}) serves {thumb['capacity_rps']:.2f} "
+                f"req/s{same}; the measured config serves {ratio:.2f}x that.")  # fmt: skip
+    return f"{head} What stops the recommended config going faster: {best['limited_by']}."
+
+
+def thumb_text(thumb: dict[str, Any]) -> str:
+    """An unmeasured rule of thumb: the table's row, its config, its simulated capacity."""
+    text = f"{thumb['table']}: {short_config(thumb['config'])}"
+    if thumb.get("simulated_rps"):
+        text += f"; simulated at {thumb['simulated_rps']:.2f} req/s"
+    return text
 
 
 def print_summary(rec: dict[str, Any]) -> None:
@@ -218,7 +233,9 @@ def print_summary(rec: dict[str, Any]) -> None:
     if rec.get("best"):
         console.print(f"  limited by: {rec['best']['limited_by']}", soft_wrap=True)
     thumb = rec.get("rule_of_thumb")
-    if thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
+    if thumb and thumb.get("measured") is False:
+        console.print(f"  rule of thumb ({thumb_text(thumb)}): not measured", soft_wrap=True)
+    elif thumb and rec.get("ratio_vs_rule_of_thumb") and not thumb.get("same_as_default"):
         console.print(f"  rule of thumb ({thumb['table']}): {thumb['capacity_rps']:.2f} req/s; "
                       f"measured config is {rec['ratio_vs_rule_of_thumb']:.2f}x")  # fmt: skip
     console.print(f"  report: {rec['run_dir']}/recommendation.html (also .md, .json)")
