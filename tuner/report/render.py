@@ -109,6 +109,9 @@ def top_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ci = c.get("capacity_ci") or c.get("goodput_ci") or {}
         terms = "; ".join(f"{t['metric']} {term_text(t)}" for t in c["terms"])
         confirmed = f"{c['confirmed_rps']:.2f}" if c["repeats"] else "not re-measured"
+        if c["repeats"] and not c["confirmed_rps"]:
+            # The default measured only at the recommended rate, and missing there, read "0.00".
+            confirmed = f"cleared no re-measured rate ({c['repeats']} draws)"
         rows.append([str(c["trial"] + 1), short_config(c["config"]), f"{c['value']:.2f}",
                      confirmed, _ci(ci), terms])  # fmt: skip
     return header, rows
