@@ -39,19 +39,19 @@ def runs(url: str, rate: float, repeats: int, slo: str, floor: int) -> list[dict
     return [loadgen(url, rate, seed, slo, floor) for seed in range(repeats)]
 
 
-def prefill_vs_mix(run: dict[str, Any], workload: dict[str, Any], seed: int) -> float:
+def prompt_tokens(workload: dict[str, Any], n: int, seed: int) -> list[int]:
+    wl = build_workload(workload["name"], num_requests=n, seed=seed,
+                        max_model_len=workload["max_model_len"], vocab_size=VOCAB)  # fmt: skip
+    return [r.prompt_len for r in wl.requests]
+
+
+def prefill_vs_mix(run: dict[str, Any], workload: dict[str, Any], seed: int,
+                   mix_mean: float) -> float:  # fmt: skip
     """How much prefill loadgen's list for this seed carries, over what a `tune` level of as
-    many requests carries (its list's mean: levels take one request of each prompt-length
-    stratum). Seed 0's 320 `mixed` requests carry 1.16x: a window as heavy as 1 in 10."""
-
-    def prompt_tokens(n: int, list_seed: int) -> list[int]:
-        wl = build_workload(workload["name"], num_requests=n, seed=list_seed,
-                            max_model_len=workload["max_model_len"], vocab_size=VOCAB)  # fmt: skip
-        return [r.prompt_len for r in wl.requests]
-
-    tuned = prompt_tokens(workload["num_requests"], workload["seed"])
-    mean = sum(tuned) / len(tuned)
-    return sum(prompt_tokens(run["requests"], seed)) / (mean * run["requests"])
+    many requests carries (`mix_mean`, its list's mean prompt: levels take one request of each
+    prompt-length stratum). Seed 0's 320 `mixed` requests carry 1.16x: a window as heavy as 1
+    in 10."""
+    return sum(prompt_tokens(workload, run["requests"], seed)) / (mix_mean * run["requests"])
 
 
 def measure(args: argparse.Namespace, flags: str, rates: dict[str, float], slo: str,
@@ -92,9 +92,11 @@ def main() -> None:
                      "default_at_1_5x_its_capacity": 1.5 * default_rps}  # fmt: skip
     default = measure(args, "", default_rates, slo, floor)
     runs = {**best, **default}
+    wl = info["workload"]
+    tuned = prompt_tokens(wl, wl["num_requests"], wl["seed"])  # tune's list, built once
     for draws in runs.values():
         for seed, run in enumerate(draws):
-            run["prefill_vs_tune_mix"] = prefill_vs_mix(run, info["workload"], seed)
+            run["prefill_vs_tune_mix"] = prefill_vs_mix(run, wl, seed, sum(tuned) / len(tuned))
     # A run counts only where the client kept its schedule (it lagged in 3 tries otherwise):
     # a lagging client is a measurement failure, not the server meeting or missing the SLO.
     met = {k: sum(r["schedule_ok"] and r["slo_met"] for r in v) for k, v in runs.items()}
