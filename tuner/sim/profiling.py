@@ -1,9 +1,10 @@
 """`tune profile`: measure a target's steps once and save its step-time model as a file.
 
 The default config serves a few levels of the workload below its throughput (a burst of the
-request list finds that first); the built-in engine adds one level on a small budget, so
-chunked steps of every size are seen. The built-in engine's own step times are fitted; for
-vLLM, what its clients saw (`read_back`). The file names the engine, device and model, and
+request list finds that first); the built-in engine adds a burst whose decode batch shrinks
+from 96 requests to one and a level on a small budget, so decode and chunked steps of every
+size are seen. The built-in engine's own step times are fitted; for vLLM, what its clients
+saw (`read_back`). The file names the engine, device and model, and
 `tune --profile FILE` or a `tune bench` sim suite reads it: a team profiles a GPU once and
 screens or gates for it anywhere.
 """
@@ -91,7 +92,7 @@ async def _profile(target: Target, request: ProfileRequest, progress: ProgressFn
         progress(f"default at {run.level.rate_rps:.2f} req/s: {len(run.records)} requests")
     if simulator.steps is not None:
         await fidelity.calibration_level(meter, space, throughput)
-        progress("one level on a small budget: chunked steps")
+        progress("a decode burst and a level on a small budget: steps of every size")
     simulator.recording(False)
     if not await simulator.fit(meter, levels) or simulator.sim is None:
         raise TuneError("too few steps to fit a profile; raise --num-requests")
