@@ -11,13 +11,10 @@ positions; a decode reads its whole context), per sampled token (the logits), an
 a small count (a CPU BLAS runs a product of 1 to 3 rows at nearly the cost of 16: on the `tiny`
 preset a decode step of 1 request takes 0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no
 per-request cost draws; fitted without it on `mixed`, the model read `chat` steps of 60 requests
-50% too slow), and per row below a middling count (products keep getting cheaper a row up to
-about 16 rows). The last two bend the per-row cost; a fit sees the bend only where its steps
-span it: on `mixed`, whose decode steps hold under 24 rows, a decode's cost read 0.07-0.12 ms
-from one fit to the next, and `chat` steps of 64 requests 4-45% slow (`tuner/sim/decode_sweep.py`
-adds steps that span it). Coefficients are fitted by non-negative least squares on relative
-error, so the many short decode steps that decide TPOT weigh as much as the few long prefill
-steps.
+50% too slow). A fit tells a row's cost from its context's only where its steps' batches vary
+in both: `tuner/sim/decode_sweep.py` adds steps of 1 to 96 decodes. Coefficients are fitted by
+non-negative least squares on relative error, so the many short decode steps that decide TPOT
+weigh as much as the few long prefill steps.
 Pure: numpy only.
 """
 
@@ -43,7 +40,6 @@ class StepFeatures:
     decode_context: int = 0  # sum over decodes of the positions attended
     sampled: int = 0  # rows whose logits are computed
     small_rows: int = 0  # rows through the projections, up to SMALL_ROWS
-    mid_rows: int = 0  # rows through the projections, up to MID_ROWS
 
     def vector(self) -> list[float]:
         return [1.0, *(float(getattr(self, name)) for name in _FIELDS)]
@@ -52,9 +48,8 @@ class StepFeatures:
 _FIELDS = tuple(f.name for f in fields(StepFeatures))
 FEATURE_NAMES = ("step", *_FIELDS)
 # Features a profile saved before they existed lacks: read as 0, so it predicts as it did.
-LATER_FEATURES = ("small_rows", "mid_rows")
+LATER_FEATURES = ("small_rows",)
 SMALL_ROWS = 4
-MID_ROWS = 16
 
 
 def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
@@ -72,9 +67,7 @@ def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
             attn += n * (computed + n / 2)
         else:
             ctx += computed + n
-    return StepFeatures(
-        num, chunks, prefill, attn, ctx, sampled, min(rows, SMALL_ROWS), min(rows, MID_ROWS)
-    )
+    return StepFeatures(num, chunks, prefill, attn, ctx, sampled, min(rows, SMALL_ROWS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +93,7 @@ class CostModel:
         c = self.coefficients
         return (0 + c[0] * 1.0 + c[1] * f.num_reqs + c[2] * f.prefill_chunks
                 + c[3] * f.prefill_tokens + c[4] * f.prefill_attn + c[5] * f.decode_context
-                + c[6] * f.sampled + c[7] * f.small_rows + c[8] * f.mid_rows)  # fmt: skip
+                + c[6] * f.sampled + c[7] * f.small_rows)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,7 @@ from engine_lite.sim import SimEngine, SimRequest, simulate
 SHAPE = SimEngine(num_kv_blocks=4096, block_size=16, max_model_len=8192)
 # 2 ms a step plus 50 us a request and 10 us a prefill token: a 4096-token prompt in one step
 # stalls every decode beside it for ~41 ms.
-MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0, 0.0, 0.0), token_delivery_s=0.001,
+MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0, 0.0), token_delivery_s=0.001,
                   request_overhead_s=0.0005)  # fmt: skip
 
 
@@ -55,7 +55,7 @@ def test_identical_inputs_give_identical_timelines_fast():
 
 
 def test_fit_recovers_the_coefficients_that_made_the_steps():
-    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4, 5e-5)
+    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4)
     model = CostModel(truth)
     samples = []
     for i in range(90):
@@ -75,7 +75,7 @@ def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unident
     # Serving steps whose chunks are all 64 tokens: chunk count and prefill tokens move
     # together, so the fit alone splits their cost arbitrarily and a lone 512-token chunk
     # (a large budget's step) is read at half its time.
-    truth = CostModel((0.003, 1e-4, 7e-4, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4, 5e-5))
+    truth = CostModel((0.003, 1e-4, 7e-4, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4))
     samples = []
     for i in range(120):
         decodes = [(100 + i * 7 % 300, 1, False, True)] * (1 + i % 24)
@@ -91,10 +91,9 @@ def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unident
     assert abs(pinned.coefficients[1] + pinned.coefficients[2] - 8e-4) < 1e-9
 
 
-def test_a_profile_saved_before_the_row_costs_loads_and_predicts_as_it_did():
+def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
     saved = MODEL.to_json()
     del saved["coefficients"]["small_rows"]
-    del saved["coefficients"]["mid_rows"]
     assert CostModel.from_json(saved) == MODEL
     del saved["coefficients"]["num_reqs"]  # a feature every profile has: malformed without it
     with pytest.raises(EngineLiteError, match="num_reqs"):
@@ -107,10 +106,10 @@ def test_a_step_costs_the_dot_product_of_its_features_to_the_bit():
     model = CostModel(tuple(rng.uniform(0, 1e-3) for _ in FEATURE_NAMES))
     for _ in range(200):
         f = StepFeatures(*(rng.randrange(0, 5000) for _ in range(3)), rng.uniform(0, 1e7),
-                         *(rng.randrange(0, 5000) for _ in range(4)))  # fmt: skip
+                         *(rng.randrange(0, 5000) for _ in range(3)))  # fmt: skip
         dot = sum(c * x for c, x in zip(model.coefficients, f.vector(), strict=True))
         assert model.step_s(f) == dot
-    with pytest.raises(EngineLiteError, match="9 coefficients"):
+    with pytest.raises(EngineLiteError, match="8 coefficients"):
         CostModel((0.001, 0.0))
 
 

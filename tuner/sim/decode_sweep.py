@@ -4,14 +4,16 @@ The simulator's cost model is fitted on the steps the engine served while it was
 default's levels and one on a small budget, on the user's workload. On `mixed`, most decode
 steps hold fewer than 24 rows, so the fit cannot tell a row's cost from its context's and reads
 the per-row cost anywhere from 0.07 to 0.12 ms (two fits of the `tiny` preset on one VM). A
-workload, config or rate with larger decode batches then simulates wrong: the second of those
-fits read `chat` steps of 64 requests 45% slow, the simulator put `chat`'s capacity 6-16% low,
-and its TPOT p99 at 80% of capacity 39-59% high.
+workload, config or rate with larger decode batches then simulates wrong: the first of those
+fits read `chat`'s steps at 32 req/s 31% slow (those of 64 and more decodes 45%), and the
+simulator had put `chat`'s capacity 6-16% low and its TPOT p99 at 80% of capacity 39-59% high.
 
 So the fit also sees this burst: SWEEP_REQUESTS requests at once, prompts and output lengths
 drawn apart (seeded), so the batch fills with every request and shrinks one finish at a time,
 with contexts from short to long. It takes about 4 s on the `tiny` preset on a 2-core CPU.
-Fitted with it (and `mid_rows`), the two fits read those `chat` steps 4% fast and 4% slow.
+Refitted with its steps, the two fits read those `chat` steps 12% slow and exact (the held-out
+`mixed` level within 4% either way). A second per-row feature that let the cost bend up to 16
+rows brought them within 4%, yet read `mixed` capacities higher and was not kept (docs/tuner.md).
 """
 
 from __future__ import annotations
