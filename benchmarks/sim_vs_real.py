@@ -1,11 +1,10 @@
 """How close does the simulator come to the engine it models, on what its fit never saw?
 
 The simulator is fitted exactly as `tune --fidelity sim` fits it: on the engine steps of the
-default config's capacity search, a decode burst and one level on a small budget, on the
-`mixed` workload. Then, on held-out configs and on workloads it was not fitted on, it is
-compared with the real engine: capacity under the SLO (a full rate search on each), and TPOT
-p99 and TTFT p99 at 50% and 80% of the real capacity (one level each, the same request list
-and arrivals).
+default config's capacity search and one level on a small budget, on the `mixed` workload.
+Then, on held-out configs and on workloads it was not fitted on, it is compared with the real
+engine: capacity under the SLO (a full rate search on each), and TPOT p99 and TTFT p99 at 50%
+and 80% of the real capacity (one level each, the same request list and arrivals).
 
     .venv/bin/python benchmarks/sim_vs_real.py [--workloads mixed chat] [--json] [--quick]
 

@@ -12,9 +12,9 @@ a small count (a CPU BLAS runs a product of 1 to 3 rows at nearly the cost of 16
 preset a decode step of 1 request takes 0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no
 per-request cost draws; fitted without it on `mixed`, the model read `chat` steps of 60 requests
 50% too slow). A fit tells a row's cost from its context's only where its steps' batches vary
-in both: `tuner/sim/decode_sweep.py` adds steps of 1 to 96 decodes. Coefficients are fitted by
-non-negative least squares on relative error, so the many short decode steps that decide TPOT
-weigh as much as the few long prefill steps.
+in both: a profile's fit adds steps of 1 to 96 decodes (`tuner/sim/decode_sweep.py`).
+Coefficients are fitted by non-negative least squares on relative error, so the many short
+decode steps that decide TPOT weigh as much as the few long prefill steps.
 Pure: numpy only.
 """
 

@@ -1,10 +1,9 @@
 """Multi-fidelity search: screen in virtual time, measure the best for real, refit, repeat.
 
 1. The default config is measured for real first. The built-in engine reports every step it
-   serves; with a burst whose decode batch shrinks from many requests to one and one more real
-   level on a small budget (so decode and chunked steps of every size are seen,
-   `tuner/sim/decode_sweep.py`) the simulator's step-time model is fitted on them. A
-   `tune profile` file can give the model instead.
+   serves; with one more real level on a small budget (so chunked steps of every size are
+   seen) the simulator's step-time model is fitted on them. A `tune profile` file can give the
+   model instead.
 2. Screen: every config of a grid gets a capacity search on the simulator.
 3. Verify: the best screened config not yet measured is measured for real, its rate search
    starting at its simulated capacity. The model is refitted on every step (or level) measured
@@ -38,7 +37,6 @@ from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
 from tuner.sim.calibrate import RealLevel, StepLog, refit
-from tuner.sim.decode_sweep import decode_sweep
 from tuner.sim.profile import Profile
 from tuner.sim.read_back import PRIOR, fit_served
 from tuner.sim.screen import Screened, screen, screen_space
@@ -222,8 +220,6 @@ def calibration_config(space: SearchSpace) -> Knobs:
 
 
 async def calibration_level(meter: Meter, space: SearchSpace, capacity_rps: float) -> LevelRun:
-    """The engine's steps the workload's levels lack: large decode batches, small chunks."""
-    await decode_sweep(meter, space)
     await meter.target.apply(calibration_config(space))
     return await meter.level(max(0.1, CALIBRATION_LOAD * capacity_rps))
 

@@ -1,19 +1,22 @@
-"""A burst that walks the decode batch from many requests down to one, for the step-time fit.
+"""A burst that walks the decode batch from many requests down to one, for a profile's fit.
 
-The simulator's cost model is fitted on the steps the engine served while it was measured: the
-default's levels and one on a small budget, on the user's workload. On `mixed`, most decode
-steps hold fewer than 24 rows, so the fit cannot tell a row's cost from its context's and reads
-the per-row cost anywhere from 0.07 to 0.12 ms (two fits of the `tiny` preset on one VM). A
-workload, config or rate with larger decode batches then simulates wrong: the first of those
-fits read `chat`'s steps at 32 req/s 31% slow (those of 64 and more decodes 45%), and the
-simulator had put `chat`'s capacity 6-16% low and its TPOT p99 at 80% of capacity 39-59% high.
+A step-time model is fitted on the steps the engine served while it was measured, on one
+workload. On `mixed`, most decode steps hold fewer than 24 rows, so the fit cannot tell a row's
+cost from its context's and reads the per-row cost anywhere from 0.07 to 0.12 ms (two fits of
+the `tiny` preset on one VM). A workload with larger decode batches then simulates wrong: the
+first of those fits read `chat`'s steps at 32 req/s 31% slow (those of 64 and more decodes 45%).
 
-So the fit also sees this burst: SWEEP_REQUESTS requests at once, prompts and output lengths
-drawn apart (seeded), so the batch fills with every request and shrinks one finish at a time,
-with contexts from short to long. It takes about 4 s on the `tiny` preset on a 2-core CPU.
-Refitted with its steps, the two fits read those `chat` steps 12% slow and exact (the held-out
-`mixed` level within 4% either way). A second per-row feature that let the cost bend up to 16
-rows brought them within 4%, yet read `mixed` capacities higher and was not kept (docs/tuner.md).
+So `tune profile`, whose file is read to screen other workloads too, also fits on this burst:
+SWEEP_REQUESTS requests at once, prompts and output lengths drawn apart (seeded), so the batch
+fills with every request and shrinks one finish at a time, with contexts from short to long.
+About 4 s on the `tiny` preset on a 2-core CPU. Refitted with its steps, the two fits read those
+`chat` steps 12% slow and exact (the held-out `mixed` level within 4% either way).
+
+`tune` does not run it: it fits on its own workload's steps, and in four runs with the burst,
+right after four without (`mixed`, one VM), it verified as many configs (seven), overstated
+more of them past the bound (five against three) and took 130-157 s against 96-155 s. A second
+per-row feature that let the cost bend up to 16 rows brought those `chat` steps within 4%, yet
+read `mixed` capacities higher and was not kept (docs/tuner.md).
 """
 
 from __future__ import annotations
