@@ -9,8 +9,10 @@ first of those fits read `chat`'s steps at 32 req/s 31% slow (those of 64 and mo
 So `tune profile`, whose file is read to screen other workloads too, also fits on this burst:
 SWEEP_REQUESTS requests at once, prompts and output lengths drawn apart (seeded), so the batch
 fills with every request and shrinks one finish at a time, with contexts from short to long.
-About 4 s on the `tiny` preset on a 2-core CPU. Refitted with its steps, the two fits read those
-`chat` steps 12% slow and exact (the held-out `mixed` level within 4% either way).
+About 4 s on the `tiny` preset on a 2-core CPU. Refitted with its steps and those of a second
+burst (48 requests, prompts up to 3072), the two fits read those `chat` steps 12% slow and
+exact; with this burst alone, the second read them 2% slow (the held-out `mixed` level within 5%
+every way).
 
 `tune` does not run it: it fits on its own workload's steps, and in four runs with the burst,
 right after four without (`mixed`, one VM), it verified as many configs (seven), overstated
