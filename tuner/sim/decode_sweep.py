@@ -16,7 +16,7 @@ every way).
 
 `tune` does not run it: it fits on its own workload's steps, and in four runs with the burst,
 right after four without (`mixed`, one VM), it verified as many configs (seven), overstated
-more of them past the bound (five against three) and took 130-157 s against 96-155 s. A second
+more of them past the bound (five against four) and took 130-157 s against 96-155 s. A second
 per-row feature that let the cost bend up to 16 rows brought those `chat` steps within 4%, yet
 read `mixed` capacities higher and was not kept (docs/tuner.md).
 """
