@@ -94,9 +94,10 @@ def main() -> None:
     runs = {**best, **default}
     wl = info["workload"]
     tuned = prompt_tokens(wl, wl["num_requests"], wl["seed"])  # tune's list, built once
+    mix_mean = sum(tuned) / len(tuned)
     for draws in runs.values():
         for seed, run in enumerate(draws):
-            run["prefill_vs_tune_mix"] = prefill_vs_mix(run, wl, seed, sum(tuned) / len(tuned))
+            run["prefill_vs_tune_mix"] = prefill_vs_mix(run, wl, seed, mix_mean)
     # A run counts only where the client kept its schedule (it lagged in 3 tries otherwise):
     # a lagging client is a measurement failure, not the server meeting or missing the SLO.
     met = {k: sum(r["schedule_ok"] and r["slo_met"] for r in v) for k, v in runs.items()}

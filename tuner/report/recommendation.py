@@ -110,9 +110,9 @@ def _references(
     if thumb is not None:
         entry = config_entry(thumb, candidates.get(thumb.number), reference=True)
         return default_entry, {**entry, **table, "measured": True, "same_as_default": False}
-    simulated = (attrs.sim_summary(view.study) or {}).get("rule_of_thumb")
     if default is None:
         return None, None
+    simulated = (attrs.sim_summary(view.study) or {}).get("rule_of_thumb")
     knobs = rule_of_thumb_knobs(scenario, default.knobs)
     if simulated is None and knobs[BUDGET] == default.knobs.get(BUDGET):
         entry = config_entry(default, candidates.get(default.number), reference=True)
