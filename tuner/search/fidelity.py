@@ -36,7 +36,7 @@ from engine_lite.probe import ChunkProbe, probe_chunk_cost
 from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
-from tuner.sim.calibrate import RealLevel, StepLog, refit
+from tuner.sim.calibrate import OWN_STEP_SCALES, WIDE_SCALES, RealLevel, StepLog, refit
 from tuner.sim.profile import Profile
 from tuner.sim.read_back import PRIOR, fit_served
 from tuner.sim.screen import Screened, screen, screen_space
@@ -109,15 +109,18 @@ class Simulator:
         rules = dataclasses.replace(meter.rules, require_schedule=False)
         self.meter = dataclasses.replace(meter, target=self.sim, clock=time.perf_counter,
                                          rules=rules, guard=None)  # fmt: skip
-        if self.steps is None and levels:
-            # Not fitted on this engine's own steps (a profile of another engine, or vLLM's
-            # request spans): scale it to the percentiles this target's levels show. A span fit
-            # matches spans on average, while the SLO judges their tail: on vLLM CPU the span
-            # fit alone put the default's capacity at 37.5 req/s against 16.5 measured, and
-            # 20.2 once scaled (x1.41) to its own levels' TPOT and TTFT percentiles.
-            refitted = await refit(self.sim, self.meter, levels)
-            self.sim.model = refitted.model
-            self.source += f", step time x{refitted.scale:.2f} to match {len(levels)} real levels"
+        if levels:
+            # Scaled to the percentiles this target's levels show. A span fit (vLLM) matches
+            # spans on average, while the SLO judges their tail: on vLLM CPU it put the
+            # default's capacity at 37.5 req/s against 16.5 measured, and 20.2 once scaled
+            # (x1.41). A fit on the engine's own steps reads the steps, not the way from a step
+            # to the client: one such fit put budget 1024 at 5.76 req/s against 8.19 measured,
+            # and 8.19 once scaled (x0.92) to the default's levels; it needs a narrower range.
+            scales = OWN_STEP_SCALES if self.steps is not None else WIDE_SCALES
+            refitted = await refit(self.sim, self.meter, levels, scales)
+            self.source += (f", step time x{refitted.scale:.2f} and "
+                            f"{refitted.model.request_overhead_s * 1e3:.1f} ms per request to "
+                            f"match {len(levels)} real levels")  # fmt: skip
         return True
 
     async def _probe(self) -> None:

@@ -29,6 +29,10 @@ from tuner.targets.knobs import Knobs
 # A step whose end came more than this after the previous one's (plus its own duration) had an
 # idle engine before it: its duration alone is the step's cost.
 _BUSY_GAP_S = 0.02
+# Step-time factors a refit tries: wide for a model fitted elsewhere (a profile, vLLM's request
+# spans), narrow for one fitted on this engine's own steps, which it only corrects.
+WIDE_SCALES = tuple(float(x) for x in np.geomspace(0.6, 2.5, 11))
+OWN_STEP_SCALES = tuple(float(x) for x in np.geomspace(0.8, 1.25, 7))
 _FIGURES = (("tpot", "p99"), ("tpot", "p50"), ("ttft", "p99"), ("ttft", "p50"))
 
 
@@ -124,7 +128,7 @@ async def fit_request_overhead(sim: SimTarget, meter: Meter, levels: Sequence[Re
 
 
 async def refit(sim: SimTarget, meter: Meter, levels: Sequence[RealLevel],
-                scales: Sequence[float] = tuple(np.geomspace(0.6, 2.5, 11))) -> Refit:  # fmt: skip
+                scales: Sequence[float] = WIDE_SCALES) -> Refit:  # fmt: skip
     """The step-time factor (and serving-path latency) that makes the simulated levels match
     the real ones best. The model as given is a candidate too: a refit never makes it worse."""
     base = sim.model

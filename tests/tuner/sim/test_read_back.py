@@ -2,6 +2,7 @@
 and the times to first token, through the real scheduler, with a few milliseconds of jitter."""
 
 import random
+import re
 
 import numpy as np
 
@@ -110,7 +111,8 @@ async def test_vllm_spans_are_refitted_to_the_tail_and_a_good_fit_is_kept():
     levels, meter = two_levels()
     simulator = Simulator.for_target(ServedLikeVllm(), None)
     assert simulator is not None and await simulator.fit(meter, levels)
-    assert "step time x1.00 to match 2 real levels" in simulator.source
+    assert re.search(r"step time x1\.00 and [\d.]+ ms per request to match 2 real levels",
+                     simulator.source)  # fmt: skip
     refitted = await tail_errors(simulator.sim, simulator.meter, levels)
     simulator.sim.model = fit_served(levels, SHAPE).model
     spans_only = await tail_errors(simulator.sim, simulator.meter, levels)
