@@ -36,15 +36,15 @@ from tuner.targets.signals import Stopped
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?\s*$")
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, flag: str = "--time-budget", zero_ok: bool = False) -> float:
     """`10m`, `90s`, `1.5h` or plain seconds."""
     match = _DURATION.match(text)
     if not match:
-        raise TuneError(f"--time-budget {text!r} is not a duration; write e.g. 10m, 90s or 1h")
+        raise TuneError(f"{flag} {text!r} is not a duration; write e.g. 10m, 90s or 1h")
     value, unit = float(match.group(1)), match.group(2) or "s"
     seconds = value * {"h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}[unit]
-    if seconds <= 0:
-        raise TuneError(f"--time-budget {text!r} must be longer than zero")
+    if seconds <= 0 and not zero_ok:
+        raise TuneError(f"{flag} {text!r} must be longer than zero")
     return seconds
 
 
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verify-top", type=int, default=2, help="screened configs measured on "
                    "the target besides the default (default 2; as many again while every one "
                    "overstated its gain)")
+    s.add_argument("--goal", help="once a verified config held its simulated gain, verify "
+                   "another only if the run can still end within this, e.g. 3m (default 2m on "
+                   "the built-in engine, none against a server; 0: none)")
     s.add_argument("--robust", action="store_true", help="recommend the confirmed config whose "
                    "worst simulated capacity across the traffic band (long-prompt fraction "
                    "x0.5-1.5, burstiness 0.5-2) is best, not the fastest on the workload itself")
@@ -165,7 +168,7 @@ _FLAG_OF = {"level_s": "level_seconds", "params": "param", "fixed": "fix", "rate
             "n_startup_trials": "startup_trials", "start_rps": "start_rate",
             "rel_tol": "rate_tolerance", "min_rps": "min_rate",
             "request_timeout_s": "request_timeout", "prometheus_interval_s": "prometheus_interval",
-            "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget",
+            "launch_timeout_s": "launch_timeout", "time_budget_s": "time_budget", "goal_s": "goal",
             "heartbeat_s": "heartbeat_interval", "synthetic_s": "synthetic"}  # fmt: skip
 
 
@@ -183,6 +186,8 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     default_budget = DEFAULT_TIME_BUDGET_VLLM_S if args.engine == "vllm" else DEFAULT_TIME_BUDGET_S
     budget = f"{default_budget:g}s" if args.time_budget is None else args.time_budget
     values["time_budget_s"] = parse_duration(budget)
+    if args.goal is not None:
+        values["goal_s"] = parse_duration(args.goal, "--goal", zero_ok=True)
     if args.repeats is None:
         values["repeats"] = DEFAULT_REPEATS_VLLM if args.engine == "vllm" else DEFAULT_REPEATS
     return TuneSettings(**values)

@@ -45,6 +45,8 @@ DEFAULT_TIME_BUDGET_S = 540.0
 # Against real vLLM a config costs a 45-75 s server start besides its levels.
 DEFAULT_TIME_BUDGET_VLLM_S = 1200.0
 DEFAULT_TRIALS = 100  # the time budget, not the count, ends a default run
+# With the simulator, the built-in engine's run aims to recommend within this (see `goal_s`).
+DEFAULT_GOAL_S = 120.0
 # Workers on a shared RDB storage beat every 20 s; a trial silent for three beats is taken as
 # dead, failed and queued again (Optuna's heartbeat; docs/cluster.md).
 DEFAULT_HEARTBEAT_S = 20
@@ -86,6 +88,10 @@ class TuneSettings:
     fidelity: str = "sim"
     profile: str | None = None  # a `tune profile` file instead of fitting at the start
     verify_top: int = 2  # screened configs measured on the target besides the default
+    # Once a verified config held its simulated gain, another is verified only if the run can
+    # still end within this many seconds. None: DEFAULT_GOAL_S on the built-in engine, none
+    # against a server (a start alone costs 45-75 s); 0: none.
+    goal_s: float | None = None
     robust: bool = False  # choose the confirmed config with the best worst case in the band
     seed: int = 0
     n_startup_trials: int = 5
@@ -143,6 +149,8 @@ class TuneSettings:
         if self.fidelity not in ("sim", "real"):
             raise TuneError(f"--fidelity {self.fidelity!r} is invalid; use sim or real")
         _positive("verify_top", self.verify_top, integer=True)
+        if self.goal_s is not None and not self.goal_s >= 0:
+            raise TuneError(f"--goal {self.goal_s!r} is invalid; use a duration such as 2m, or 0")
         if self.engine not in ("builtin", "vllm"):
             raise TuneError(f"--engine {self.engine!r} is invalid; use builtin or vllm")
         if self.engine == "vllm" and (self.launch or self.url):
@@ -171,6 +179,13 @@ class TuneSettings:
         # each step down, so a confirmation's draw never wraps round to the search's requests.
         draws = 1 + self.repeats + MAX_STEPS_DOWN
         return max(base, draws * self.resolved_min_requests())
+
+    def resolved_goal_s(self) -> float | None:
+        """The run's time goal in seconds, None when it has none."""
+        if self.goal_s is not None:
+            return self.goal_s or None
+        builtin = self.engine == "builtin" and not (self.launch or self.url or self.synthetic_s)
+        return DEFAULT_GOAL_S if builtin else None
 
     def burst_requests(self, device: str) -> int:
         return BURST_REQUESTS_GPU if device.startswith("cuda") else BURST_REQUESTS

@@ -129,6 +129,23 @@ def test_against_vllm_levels_hold_more_requests_and_the_run_more_time():
     assert (given.resolved_min_requests(), given.time_budget_s) == (100, 300.0)
 
 
+def test_the_built_in_engine_aims_to_recommend_within_two_minutes_and_a_server_run_does_not(
+    capsys,
+):
+    def parsed(*flags: str) -> TuneSettings:
+        return settings_from_args(build_parser().parse_args(["--slo", "tpot_p99=30ms", *flags]))
+
+    assert parsed().resolved_goal_s() == 120.0
+    assert parsed("--goal", "3m").resolved_goal_s() == 180.0
+    assert parsed("--goal", "0").resolved_goal_s() is None
+    assert parsed("--engine", "vllm", "--model", "/models/tiny").resolved_goal_s() is None
+    assert parsed("--url", "http://127.0.0.1:8000").resolved_goal_s() is None
+    assert main(["--slo", "tpot_p99=30ms", "--goal", "soon"]) == 2
+    assert one_error_line(capsys) == (
+        "error: --goal 'soon' is not a duration; write e.g. 10m, 90s or 1h"
+    )
+
+
 def test_a_level_floor_below_one_request_is_one_line(capsys):
     assert main(["--slo", "tpot_p99=30ms", "--min-requests", "0"]) == 2
     assert one_error_line(capsys) == "error: --min-requests 0 is invalid; use a positive number"

@@ -16,7 +16,7 @@ from tuner.search.screened import _verify_next
 from tuner.search.space import BUDGET, SpaceFacts, build_space
 from tuner.sim.screen import Screened, grid
 from tuner.store import attrs
-from tuner.store.records import Role, TrialEnding
+from tuner.store.records import Mode, Role, TrialEnding
 from tuner.store.runfiles import RUN_FILE, RunFiles
 from tuner.targets.knobs import KnobSpace
 
@@ -65,8 +65,9 @@ class Screening(Simulator):
         return self.ranked
 
 
-def verified_run(tmp_path, first, measured_rps):
-    """A run with the default measured at 6 req/s and `first` verified at `measured_rps`."""
+def verified_run(tmp_path, first, measured_rps, goal_s=None):
+    """A run with the default measured at 6 req/s and `first` verified at `measured_rps`, 80 s
+    into it; levels of 10 s."""
     files = RunFiles(tmp_path)
     files.ensure()
     files.write_json(RUN_FILE, {"settings": {}, "slo": "tpot_p99=30ms", "study_name": "t"})
@@ -78,11 +79,12 @@ def verified_run(tmp_path, first, measured_rps):
         attrs.start_trial(trial, role, knobs)
         attrs.end_capacity(trial, TrialEnding.CONVERGED, rps, rps * 1.15)
         study.tell(trial, rps)
-    settings = SimpleNamespace(trials=100, rel_tol=0.15)
-    budget = SimpleNamespace(fits=lambda s: True)
-    meter = SimpleNamespace(expected_level_s=lambda rps: 10.0)
+    settings = SimpleNamespace(trials=100, rel_tol=0.15, top_k=3, repeats=1, rate_rps=None,
+                               resolved_goal_s=lambda: goal_s)  # fmt: skip
+    budget = SimpleNamespace(fits=lambda s: True, elapsed_s=80.0)
+    meter = SimpleNamespace(expected_level_s=lambda rps: 10.0, target=None)
     return SimpleNamespace(
-        files=files, study=study, settings=settings, space=sp, meter=meter
+        files=files, study=study, settings=settings, space=sp, meter=meter, mode=Mode.CAPACITY
     ), budget
 
 
@@ -106,3 +108,29 @@ def test_verification_ends_when_the_next_config_is_within_a_step_of_the_best_mea
     assert asyncio.run(_verify_next(run, sim, budget, display, held=True))
     queued = [t for t in run.study.trials if t.state is TrialState.WAITING]
     assert len(queued) == 1 and run.space.suggest(run.study.ask()) == twin
+
+
+def test_verification_ends_when_one_more_config_would_end_the_run_past_its_goal(tmp_path):
+    first, second = grid(space(), [432, 1024], thresholds=False)[:2]
+    run, budget = verified_run(tmp_path, first, 8.85, goal_s=120.0)
+    sim = Screening(target=None, steps=None, profile=None)
+    # Far more than a step above the best measured config: only the goal stops it.
+    sim.ranked = [Screened(second, 14.0, 3), Screened(first, 10.4, 3)]
+    display = Lines()
+    assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
+    assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
+    # 80 s in, three 10 s levels to verify and the confirmation's reserve: past 120 s.
+    assert "past its 120 s goal (--goal)" in display.lines[-1]
+    assert summary(sim, [])["verification_ended"] == display.lines[-1]
+    # The first verified config overstated its gain: the goal does not stop the search.
+    assert asyncio.run(_verify_next(run, sim, budget, display, held=False))
+    assert len([t for t in run.study.trials if t.state is TrialState.WAITING]) == 1
+
+
+def test_a_goal_that_leaves_time_verifies_the_next_config(tmp_path):
+    first, second = grid(space(), [432, 1024], thresholds=False)[:2]
+    run, budget = verified_run(tmp_path, first, 8.85, goal_s=600.0)
+    sim = Screening(target=None, steps=None, profile=None)
+    sim.ranked = [Screened(second, 14.0, 3), Screened(first, 10.4, 3)]
+    assert asyncio.run(_verify_next(run, sim, budget, Lines(), held=True))
+    assert sim.verification_ended is None
