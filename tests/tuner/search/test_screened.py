@@ -88,6 +88,16 @@ def verified_run(tmp_path, first, measured_rps, goal_s=None):
     ), budget
 
 
+def ended_verification(run, sim, budget) -> str:
+    """Once a verified config held, the round queues nothing and says why, in the progress and
+    in the report's simulator summary alike."""
+    display = Lines()
+    assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
+    assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
+    assert summary(sim, [])["verification_ended"] == display.lines[-1]
+    return display.lines[-1]
+
+
 def test_verification_ends_when_the_next_config_is_within_a_step_of_the_best_measured(tmp_path):
     # t1 of this machine: 432 / 32 simulated at 11.71, measured at 8.85; the refitted model
     # then put 432 / 32 adaptive at 10.25, and it measured 8.91: 20 s for a tie.
@@ -96,16 +106,12 @@ def test_verification_ends_when_the_next_config_is_within_a_step_of_the_best_mea
     run, budget = verified_run(tmp_path, first, 8.85)
     sim = Screening(target=None, steps=None, profile=None)
     sim.ranked = [Screened(first, 10.4, 3), Screened(twin, 10.25, 3)]
-    display = Lines()
-    assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
-    assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
-    assert "within a tolerance step" in display.lines[-1]
-    # The report says why no more configs were verified.
-    assert summary(sim, [])["verification_ended"] == display.lines[-1]
-    assert display.lines[-1] in sim_note({"sim": {**summary(sim, []), "screen_s": 1.0}})
+    why = ended_verification(run, sim, budget)
+    assert "within a tolerance step" in why
+    assert why in sim_note({"sim": {**summary(sim, []), "screen_s": 1.0}})
     # More than a step above the best measured one (under the same model): verified.
     sim.ranked = [Screened(twin, 12.2, 3), Screened(first, 10.4, 3)]
-    assert asyncio.run(_verify_next(run, sim, budget, display, held=True))
+    assert asyncio.run(_verify_next(run, sim, budget, Lines(), held=True))
     queued = [t for t in run.study.trials if t.state is TrialState.WAITING]
     assert len(queued) == 1 and run.space.suggest(run.study.ask()) == twin
 
@@ -116,14 +122,10 @@ def test_verification_ends_when_one_more_config_would_end_the_run_past_its_goal(
     sim = Screening(target=None, steps=None, profile=None)
     # Far more than a step above the best measured config: only the goal stops it.
     sim.ranked = [Screened(second, 14.0, 3), Screened(first, 10.4, 3)]
-    display = Lines()
-    assert not asyncio.run(_verify_next(run, sim, budget, display, held=True))
-    assert not [t for t in run.study.trials if t.state is TrialState.WAITING]
     # 80 s in, three 10 s levels to verify and the confirmation's reserve: past 120 s.
-    assert "past its 120 s goal (--goal)" in display.lines[-1]
-    assert summary(sim, [])["verification_ended"] == display.lines[-1]
+    assert "past its 120 s goal (--goal)" in ended_verification(run, sim, budget)
     # The first verified config overstated its gain: the goal does not stop the search.
-    assert asyncio.run(_verify_next(run, sim, budget, display, held=False))
+    assert asyncio.run(_verify_next(run, sim, budget, Lines(), held=False))
     assert len([t for t in run.study.trials if t.state is TrialState.WAITING]) == 1
 
 
