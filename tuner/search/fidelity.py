@@ -98,8 +98,8 @@ class Simulator:
             self.steps.active, self.steps._last_end = on, None
 
     async def fit(self, meter: Meter, levels: list[RealLevel]) -> bool:
-        """(Re)fit the model: on the engine's steps, on what vLLM's clients saw, or the
-        profile's refitted to the real levels; False when there is not enough to fit on."""
+        """(Re)fit the model on the engine's steps, on what vLLM's clients saw, or from the
+        profile, then scale it to the real levels; False when there is not enough to fit on."""
         await self._probe()
         fitted = self._fit_model(levels)
         if fitted is None:
