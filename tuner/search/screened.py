@@ -141,6 +141,9 @@ def keep_verifying(rounds: int, verify_top: int, summary: dict[str, Any]) -> boo
     return rounds < verify_top or (rounds < 2 * verify_top and summary["fell_back"])
 
 
+# Levels a verification is expected to cost (two to four).
+VERIFY_LEVELS = 3
+
 # Roles a study holds only once screening has run (or has handed over to a real search).
 _PAST_SCREENING = (Role.SCREENED, Role.RULE_OF_THUMB, Role.SWEEP, Role.SEARCH)
 
@@ -167,7 +170,7 @@ async def _verify_next(run: ScreenedRun, simulator: fidelity.Simulator, budget: 
     top = ranked[0].capacity_rps
     display.line(f"screened {simulator.screened} configs in {simulator.screen_s:.0f} s "
                  f"({simulator.source}); best simulated {top:.2f} req/s")  # fmt: skip
-    if not budget.fits(3 * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
+    if not budget.fits(VERIFY_LEVELS * run.meter.expected_level_s(ranked[0].capacity_rps or start)):
         return False
     following = simulator.next_unmeasured(run.space, [t.knobs for t in view.trials])
     if following is None:
@@ -191,7 +194,7 @@ def _goal_allows(run: ScreenedRun, simulator: fidelity.Simulator, budget: Budget
         return True
     s = run.settings
     rest_s = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps).reserve_s(run.study)
-    verify_s = 3 * run.meter.expected_level_s(rate_rps)
+    verify_s = VERIFY_LEVELS * run.meter.expected_level_s(rate_rps)
     end_s = budget.elapsed_s + verify_s + rest_s
     if end_s <= goal:
         return True
