@@ -7,12 +7,16 @@ a per-request cost fitted mostly on decodes underestimates tenfold; fits on serv
 chunks come one or two a step beside a step's constant, put it anywhere from 0.01 to 1.65 ms),
 per prefill token (the projections and MLP; a decode's share is its request's cost), attention
 work (a prefill chunk of n tokens after c cached ones attends to about n * (c + n / 2)
-positions; a decode reads its whole context), per sampled token (the logits), and per row below
-a small count (a CPU BLAS runs a product of 1 to 3 rows at nearly the cost of 16: on the `tiny`
-preset a decode step of 1 request takes 0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no
-per-request cost draws; fitted without it on `mixed`, the model read `chat` steps of 60 requests
-50% too slow). A fit tells a row's cost from its context's only where its steps' batches vary
-in both: a profile's fit adds steps of 1 to 96 decodes (`tuner/sim/decode_sweep.py`).
+positions; a decode reads its whole context), per position cached before a chunk (each chunk
+gathers its context again in every layer: on the `tiny` preset a 16-token chunk after 3000
+cached positions costs 1.4 ms more than one after none, three times what its attention work
+accounts for; serving steps cannot tell the two apart, so `engine_lite.probe` measures it),
+per sampled token (the logits), and per row below a small count (a CPU BLAS runs a product of
+1 to 3 rows at nearly the cost of 16: on the `tiny` preset a decode step of 1 request takes
+0.9 ms, of 4 requests 2.9 ms, of 16 5.1 ms, a line no per-request cost draws; fitted without
+it on `mixed`, the model read `chat` steps of 60 requests 50% too slow). A fit tells a row's
+cost from its context's only where its steps' batches vary in both: a profile's fit adds steps
+of 1 to 96 decodes (`tuner/sim/decode_sweep.py`).
 Coefficients are fitted by non-negative least squares on relative error, so the many short
 decode steps that decide TPOT weigh as much as the few long prefill steps.
 Pure: numpy only.
@@ -40,6 +44,7 @@ class StepFeatures:
     decode_context: int = 0  # sum over decodes of the positions attended
     sampled: int = 0  # rows whose logits are computed
     small_rows: int = 0  # rows through the projections, up to SMALL_ROWS
+    chunk_context: int = 0  # sum over prefill chunks of the positions cached before them
 
     def vector(self) -> list[float]:
         return [1.0, *(float(getattr(self, name)) for name in _FIELDS)]
@@ -48,26 +53,29 @@ class StepFeatures:
 _FIELDS = tuple(f.name for f in fields(StepFeatures))
 FEATURE_NAMES = ("step", *_FIELDS)
 # Features a profile saved before they existed lacks: read as 0, so it predicts as it did.
-LATER_FEATURES = ("small_rows",)
+LATER_FEATURES = ("small_rows", "chunk_context")
 SMALL_ROWS = 4
 
 
 def features_of(batch: Iterable[tuple[int, int, bool, bool]]) -> StepFeatures:
     """Features of a batch of (num_computed_tokens, num_scheduled, is_prefill, samples) entries;
     `samples` is True when the entry reaches its last known token (a logits row)."""
-    num = chunks = prefill = ctx = sampled = rows = 0
+    num = chunks = prefill = ctx = sampled = rows = chunk_ctx = 0
     attn = 0.0
     for computed, n, is_prefill, samples in batch:
         num += 1
         sampled += samples
         rows += n
         if is_prefill:
-            chunks += n > 1  # a one-token chunk is attended with the decodes
+            if n > 1:  # a one-token chunk is attended with the decodes
+                chunks += 1
+                chunk_ctx += computed
             prefill += n
             attn += n * (computed + n / 2)
         else:
             ctx += computed + n
-    return StepFeatures(num, chunks, prefill, attn, ctx, sampled, min(rows, SMALL_ROWS))
+    return StepFeatures(num, chunks, prefill, attn, ctx, sampled, min(rows, SMALL_ROWS),
+                        chunk_ctx)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +101,8 @@ class CostModel:
         c = self.coefficients
         return (0 + c[0] * 1.0 + c[1] * f.num_reqs + c[2] * f.prefill_chunks
                 + c[3] * f.prefill_tokens + c[4] * f.prefill_attn + c[5] * f.decode_context
-                + c[6] * f.sampled + c[7] * f.small_rows)  # fmt: skip
+                + c[6] * f.sampled + c[7] * f.small_rows
+                + c[8] * f.chunk_context)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,10 +134,13 @@ class FitReport:
 
 
 def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = None,
-        **latencies: float) -> FitReport:  # fmt: skip
+        context_s: float = 0.0, **latencies: float) -> FitReport:  # fmt: skip
     """Non-negative least squares of step seconds on features, on relative error. With
     `chunk_s`, what one prefill chunk was measured to add to a step apart from its tokens
-    (`engine_lite.probe`: the chunk and its request row), the rest is fitted around it."""
+    (`engine_lite.probe`: the chunk and its request row), the rest is fitted around it;
+    `context_s` is what a chunk pays per position cached before it, measured there too.
+    Serving steps cannot tell that read from the chunk's attention, so it is never fitted:
+    without a measurement it is 0."""
     if len(samples) < len(FEATURE_NAMES):
         raise EngineLiteError(
             f"{len(samples)} step samples cannot fit {len(FEATURE_NAMES)} coefficients; "
@@ -139,24 +151,33 @@ def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = N
     if not (y > 0).all():
         raise EngineLiteError("step durations must be positive; the profile is corrupt")
     w = 1.0 / y  # relative error: every step counts alike, short or long
-    coef = nnls(x * w[:, None], y * w) if chunk_s is None else _around_chunk(x, y, w, chunk_s)
+    coef = _pinned(x, y, w, chunk_s, context_s)
     model = CostModel(tuple(float(c) for c in coef), **latencies)
     rel = np.abs(x @ coef - y) / y
     return FitReport(model, len(y), float(np.median(rel)), float(np.quantile(rel, 0.9)))
 
 
 _REQ, _CHUNK = FEATURE_NAMES.index("num_reqs"), FEATURE_NAMES.index("prefill_chunks")
+_CHUNK_CTX = FEATURE_NAMES.index("chunk_context")
 
 
-def _around_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float) -> np.ndarray:
-    """The fit with a chunk's row and its own cost summing to `chunk_s`: the request cost is
-    fitted on the other rows, the chunk's is what the probe measured beyond it."""
-    rows = x.copy()
-    rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
-    rest = [i for i in range(x.shape[1]) if i != _CHUNK]
+def _pinned(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float | None,
+            context_s: float) -> np.ndarray:  # fmt: skip
+    """The fit with the chunk context's cost at `context_s` and, given `chunk_s`, a chunk's
+    row and its own cost summing to `chunk_s`: the request cost is fitted on the other rows,
+    the chunk's is what the probe measured beyond it."""
+    rows, target = x.copy(), y - context_s * x[:, _CHUNK_CTX]
+    skip = {_CHUNK_CTX}
+    if chunk_s is not None:
+        rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
+        target = target - chunk_s * x[:, _CHUNK]
+        skip.add(_CHUNK)
+    rest = [i for i in range(x.shape[1]) if i not in skip]
     coef = np.zeros(x.shape[1])
-    coef[rest] = nnls(rows[:, rest] * w[:, None], (y - chunk_s * x[:, _CHUNK]) * w)
-    coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ])
+    coef[rest] = nnls(rows[:, rest] * w[:, None], target * w)
+    if chunk_s is not None:
+        coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ])
+    coef[_CHUNK_CTX] = context_s
     return coef
 
 

@@ -16,7 +16,7 @@ from engine_lite.sim import SimEngine, SimRequest, simulate
 SHAPE = SimEngine(num_kv_blocks=4096, block_size=16, max_model_len=8192)
 # 2 ms a step plus 50 us a request and 10 us a prefill token: a 4096-token prompt in one step
 # stalls every decode beside it for ~41 ms.
-MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0, 0.0), token_delivery_s=0.001,
+MODEL = CostModel((0.002, 5e-5, 0.0, 1e-5, 0.0, 0.0, 0.0, 0.0, 0.0), token_delivery_s=0.001,
                   request_overhead_s=0.0005)  # fmt: skip
 
 
@@ -55,7 +55,7 @@ def test_identical_inputs_give_identical_timelines_fast():
 
 
 def test_fit_recovers_the_coefficients_that_made_the_steps():
-    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4)
+    truth = (0.003, 1e-4, 1.3e-3, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4, 4e-7)
     model = CostModel(truth)
     samples = []
     for i in range(90):
@@ -63,7 +63,7 @@ def test_fit_recovers_the_coefficients_that_made_the_steps():
         prefills = [(i * 13 % 500 * k, 64 + i * k, True, (i + k) % 2 == 0) for k in range(i % 3)]
         f = features_of(decodes + prefills or [(0, 5, True, True)])
         samples.append((f, model.step_s(f)))
-    report = fit(samples)
+    report = fit(samples, context_s=4e-7)
     assert report.median_rel_error < 1e-6
     for got, want in zip(report.model.coefficients, truth, strict=True):
         assert abs(got - want) <= 1e-6 * max(1.0, want) + 1e-3 * want
@@ -75,7 +75,7 @@ def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unident
     # Serving steps whose chunks are all 64 tokens: chunk count and prefill tokens move
     # together, so the fit alone splits their cost arbitrarily and a lone 512-token chunk
     # (a large budget's step) is read at half its time.
-    truth = CostModel((0.003, 1e-4, 7e-4, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4))
+    truth = CostModel((0.003, 1e-4, 7e-4, 2e-5, 1e-8, 2e-7, 1e-5, 3e-4, 0.0))
     samples = []
     for i in range(120):
         decodes = [(100 + i * 7 % 300, 1, False, True)] * (1 + i % 24)
@@ -91,9 +91,30 @@ def test_a_chunk_cost_measured_apart_fixes_what_chunks_of_one_size_leave_unident
     assert abs(pinned.coefficients[1] + pinned.coefficients[2] - 8e-4) < 1e-9
 
 
+def test_a_context_read_measured_apart_prices_small_chunks_after_long_prompts():
+    # Serving steps of a large budget: one chunk of 512-2048 tokens a step, whose cached
+    # context grows with its attention work. Fitted alone, the read a chunk pays per cached
+    # position goes onto the attention term, which charges a 16-token chunk a hundredth of a
+    # 2048-token one's: a small threshold's steps read fast. With the probe's figure they do not.
+    truth = CostModel((0.003, 1e-4, 3e-4, 2e-5, 7e-9, 2e-7, 1e-5, 3e-4, 4e-7))
+    samples = []
+    for i in range(150):
+        n = (512, 1024, 2048)[i % 3]
+        chunk = [(n * (i % 4), n, True, False)] if i % 5 else []
+        f = features_of([(100 + i * 7 % 300, 1, False, True)] * (1 + i % 24) + chunk)
+        samples.append((f, truth.step_s(f)))
+    small = features_of([(3000, 16, True, False)] * 8 + [(200, 1, False, True)] * 8)
+    alone = fit(samples, chunk_s=4e-4).model
+    assert alone.coefficients[FEATURE_NAMES.index("chunk_context")] == 0.0  # never fitted
+    assert alone.step_s(small) < 0.8 * truth.step_s(small)
+    pinned = fit(samples, chunk_s=4e-4, context_s=4e-7).model
+    assert abs(pinned.step_s(small) / truth.step_s(small) - 1) < 0.01
+
+
 def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
     saved = MODEL.to_json()
     del saved["coefficients"]["small_rows"]
+    del saved["coefficients"]["chunk_context"]
     assert CostModel.from_json(saved) == MODEL
     del saved["coefficients"]["num_reqs"]  # a feature every profile has: malformed without it
     with pytest.raises(EngineLiteError, match="num_reqs"):
@@ -106,10 +127,10 @@ def test_a_step_costs_the_dot_product_of_its_features_to_the_bit():
     model = CostModel(tuple(rng.uniform(0, 1e-3) for _ in FEATURE_NAMES))
     for _ in range(200):
         f = StepFeatures(*(rng.randrange(0, 5000) for _ in range(3)), rng.uniform(0, 1e7),
-                         *(rng.randrange(0, 5000) for _ in range(3)))  # fmt: skip
+                         *(rng.randrange(0, 5000) for _ in range(4)))  # fmt: skip
         dot = sum(c * x for c, x in zip(model.coefficients, f.vector(), strict=True))
         assert model.step_s(f) == dot
-    with pytest.raises(EngineLiteError, match="8 coefficients"):
+    with pytest.raises(EngineLiteError, match="9 coefficients"):
         CostModel((0.001, 0.0))
 
 

@@ -139,10 +139,13 @@ class Simulator:
             self.source = f"fitted on {len(self.steps.samples)} steps this engine served"
             if self.steps.rejected:
                 self.source += f" ({self.steps.rejected} of levels measured again left out)"
-            report = fit(self.steps.samples, self.chunk.chunk_s if self.chunk else None)
-            if self.chunk is not None:
-                self.source += (f"; a prefill chunk {self.chunk.chunk_s * 1e3:.2f} ms, "
-                                "measured apart")  # fmt: skip
+            chunk = self.chunk
+            report = fit(self.steps.samples, chunk.chunk_s if chunk else None,
+                         chunk.context_s if chunk else 0.0)  # fmt: skip
+            if chunk is not None:
+                self.source += (f"; a prefill chunk {chunk.chunk_s * 1e3:.2f} ms and "
+                                f"{chunk.context_s * 1e6:.2f} us per position cached before "
+                                "it, measured apart")  # fmt: skip
             self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
             self.fit_p90_error = report.p90_rel_error
             return shape, report.model

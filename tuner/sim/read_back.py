@@ -76,8 +76,7 @@ def fit_served(levels: Sequence[RealLevel], shape: SimEngine,
     rounds = 0
     while rounds < ROUNDS:
         rounds += 1
-        weights = 1.0 / np.maximum(current.seconds, FLOOR_S)
-        proposal = nnls(current.rows * weights[:, None], current.seconds * weights)
+        proposal = _proposal(current, start)
         better = None
         for size in STEP_SIZES:
             blend = size * proposal + (1 - size) * _vector(current.model)
@@ -91,6 +90,23 @@ def fit_served(levels: Sequence[RealLevel], shape: SimEngine,
         current = better
     p90 = float(np.quantile(current.errors, 0.9))
     return SpanFit(current.model, len(current.seconds), current.error, p90, rounds)
+
+
+# Spans sum steps, so they tell a chunk's context read from its attention even less than steps
+# do (engine_lite.costmodel.fit): the read keeps the starting model's figure.
+_KEPT = FEATURE_NAMES.index("chunk_context")
+
+
+def _proposal(current: _Round, start: CostModel) -> np.ndarray:
+    """Every span fitted by least squares on relative error, the kept coefficient held."""
+    weights = 1.0 / np.maximum(current.seconds, FLOOR_S)
+    kept = start.coefficients[_KEPT]
+    fitted = [i for i in range(current.rows.shape[1]) if i != _KEPT]
+    target = current.seconds - kept * current.rows[:, _KEPT]
+    proposal = np.zeros(current.rows.shape[1])
+    proposal[fitted] = nnls(current.rows[:, fitted] * weights[:, None], target * weights)
+    proposal[_KEPT] = kept
+    return proposal
 
 
 def _round(levels: Sequence[RealLevel], shape: SimEngine, model: CostModel) -> _Round:
