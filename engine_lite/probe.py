@@ -9,7 +9,7 @@ chunks (one request each) beside a few decodes, each chunk's cached context chos
 batch's attention work (n * (c + n / 2) summed over chunks) is the same for every split. The
 slope of the step time in the split is what one chunk costs: its own attention call in every
 layer, and its row as a request. On that preset on a 2-core CPU it read 0.62-0.72 ms whether
-beside 0, 8 or 32 decodes, with 128 or 512 prefill tokens; 0.30-0.33 ms once the read of the
+beside 0, 8 or 32 decodes, with 128 or 512 prefill tokens; 0.27-0.37 ms once the read of the
 chunks' cached positions (below) is priced apart.
 
 A chunk also gathers every position cached before it, in every layer. In serving steps the
@@ -18,9 +18,9 @@ it put the read on the attention term, which charges a 16-token chunk a sixteent
 256-token one pays per cached position. Here chunks of 16 and of 64 tokens are timed after 0,
 half and all of CONTEXT cached positions: the slope in the context is a * n + b per chunk, and
 b, the part that does not grow with the chunk, is the read. On the `tiny` preset it read
-0.40-0.50 us a position: a 4000-token prompt cut into 16-token chunks pays 0.1 s for it, which the
-simulator missed when it put budget 256 / threshold 16 a capacity step or two above what it
-measured.
+0.33-0.50 us a position: a 4000-token prompt cut into 16-token chunks pays 0.1 s for it,
+which the simulator missed when it put budget 256 / threshold 16 a capacity step or two above
+what it measured.
 """
 
 from __future__ import annotations
