@@ -166,19 +166,30 @@ def _pinned(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk_s: float | None,
     """The fit with the chunk context's cost at `context_s` and, given `chunk_s`, a chunk's
     row and its own cost summing to `chunk_s`: the request cost is fitted on the other rows,
     the chunk's is what the probe measured beyond it."""
-    rows, target = x.copy(), y - context_s * x[:, _CHUNK_CTX]
-    skip = {_CHUNK_CTX}
+    rows, held = x.copy(), {_CHUNK_CTX: context_s}
     if chunk_s is not None:
         rows[:, _REQ] -= x[:, _CHUNK]  # rows that are not prefill chunks
-        target = target - chunk_s * x[:, _CHUNK]
-        skip.add(_CHUNK)
-    rest = [i for i in range(x.shape[1]) if i not in skip]
-    coef = np.zeros(x.shape[1])
-    coef[rest] = nnls(rows[:, rest] * w[:, None], target * w)
+        held[_CHUNK] = chunk_s
+    coef = nnls_holding(rows, y, w, held)
     if chunk_s is not None:
         coef[_CHUNK] = max(0.0, chunk_s - coef[_REQ])
-    coef[_CHUNK_CTX] = context_s
     return coef
+
+
+def nnls_holding(a: np.ndarray, b: np.ndarray, w: np.ndarray,
+                 held: dict[int, float]) -> np.ndarray:  # fmt: skip
+    """Non-negative least squares of `a x = b` weighted by `w`, the columns in `held` fixed at
+    their values (measured apart, or kept from a starting model) and the rest fitted around
+    them."""
+    target = b
+    for i, value in held.items():
+        target = target - value * a[:, i]
+    free = [i for i in range(a.shape[1]) if i not in held]
+    x = np.zeros(a.shape[1])
+    x[free] = nnls(a[:, free] * w[:, None], target * w)
+    for i, value in held.items():
+        x[i] = value
+    return x
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:

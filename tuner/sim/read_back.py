@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, nnls
+from engine_lite.costmodel import FEATURE_NAMES, CostModel, StepFeatures, nnls_holding
 from engine_lite.sim import SimEngine, SimRequest, SimTimeline, simulate
 from loadgen import RequestRecord
 from loadgen.stop import was_stopped
@@ -100,13 +100,8 @@ _KEPT = FEATURE_NAMES.index("chunk_context")
 def _proposal(current: _Round, start: CostModel) -> np.ndarray:
     """Every span fitted by least squares on relative error, the kept coefficient held."""
     weights = 1.0 / np.maximum(current.seconds, FLOOR_S)
-    kept = start.coefficients[_KEPT]
-    fitted = [i for i in range(current.rows.shape[1]) if i != _KEPT]
-    target = current.seconds - kept * current.rows[:, _KEPT]
-    proposal = np.zeros(current.rows.shape[1])
-    proposal[fitted] = nnls(current.rows[:, fitted] * weights[:, None], target * weights)
-    proposal[_KEPT] = kept
-    return proposal
+    held = {_KEPT: start.coefficients[_KEPT]}
+    return nnls_holding(current.rows, current.seconds, weights, held)
 
 
 def _round(levels: Sequence[RealLevel], shape: SimEngine, model: CostModel) -> _Round:
