@@ -1,7 +1,8 @@
 """How close does the simulator come to the engine it models, on what its fit never saw?
 
 The simulator is fitted exactly as `tune --fidelity sim` fits it: on the engine steps of the
-default config's capacity search and one level on a small budget, on the `mixed` workload.
+default config's capacity search, a burst whose decode batch shrinks from 96 requests to one,
+and one level on a small budget, on the `mixed` workload.
 Then, on held-out configs and on workloads it was not fitted on, it is compared with the real
 engine: capacity under the SLO (a full rate search on each), and TPOT p99 and TTFT p99 at 50%
 and 80% of the real capacity (one level each, the same request list and arrivals).
@@ -98,7 +99,7 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
     default = await meter.capacity(SEARCH)
     levels = [RealLevel(space.default_config(), r.level.rate_rps, r.records)
               for r in default.levels]  # fmt: skip
-    if simulator.steps is not None:  # the built-in engine: chunked steps of every size too
+    if simulator.steps is not None:  # the built-in engine: wide decode batches and small chunks too
         await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
     assert await simulator.fit(meter, levels), "too few steps to fit"
     simulator.recording(False)  # nothing measured from here on reaches the fit

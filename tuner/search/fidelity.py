@@ -1,9 +1,9 @@
 """Multi-fidelity search: screen in virtual time, measure the best for real, refit, repeat.
 
 1. The default config is measured for real first. The built-in engine reports every step it
-   serves; with one more real level on a small budget (so chunked steps of every size are
-   seen) the simulator's step-time model is fitted on them. A `tune profile` file can give the
-   model instead.
+   serves; with a burst of decode batches from 96 requests to one and a level on a small
+   budget (chunks of every size), the simulator's step-time model is fitted on them. A `tune
+   profile` file can give the model instead.
 2. Screen: every config of a grid gets a capacity search on the simulator.
 3. Verify: the best screened config not yet measured is measured for real, its rate search
    starting at its simulated capacity. The model is refitted on every step (or level) measured
@@ -37,6 +37,7 @@ from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
 from tuner.sim.calibrate import OWN_STEP_SCALES, WIDE_SCALES, RealLevel, StepLog, refit
+from tuner.sim.decode_sweep import decode_sweep
 from tuner.sim.profile import Profile
 from tuner.sim.read_back import PRIOR, fit_served
 from tuner.sim.screen import Screened, screen, screen_space
@@ -226,6 +227,8 @@ def calibration_config(space: SearchSpace) -> Knobs:
 
 
 async def calibration_level(meter: Meter, space: SearchSpace, capacity_rps: float) -> LevelRun:
+    """Steps a workload's own levels lack: wide decode batches, then small chunks."""
+    await decode_sweep(meter, space)
     await meter.target.apply(calibration_config(space))
     return await meter.level(max(0.1, CALIBRATION_LOAD * capacity_rps))
 
@@ -270,12 +273,11 @@ def summary(simulator: Simulator, trials: list[TrialRecord], bound: float = SIM_
                          "gain_err": gain_err,
                          "overshoot": overshoot(predicted, allowed)})  # fmt: skip
     worst = max((v["capacity_err"] for v in verified), default=0.0)
-    # A study queued before gains were recorded is judged on capacity, as it was then. Else a
-    # config shows the simulator right when either its gain over the default or its capacity
-    # (its simulated figure against the most its measurement allows) is within the bound: a
-    # refit that put the default at 6.18 req/s where it measured 9.05 read 432 / 224 adaptive's
-    # gain as 27% overstated while its capacity was simulated at 11.79 and measured at 11.78;
-    # judged on the gain alone, all four configs verified missed and the run fell back.
+    # A study queued before gains were recorded is judged on capacity. Else a config shows the
+    # simulator right when its gain over the default or its capacity (simulated, against the
+    # most its measurement allows) is within the bound: a refit that put the default at 6.18
+    # req/s where it measured 9.05 read 432 / 224 adaptive's gain 27% overstated, its capacity
+    # simulated at 11.79 and measured at 11.78; on gains alone the run fell back.
     judged = [min(v["gain_err"], v["overshoot"]) if v["gain_err"] is not None
               else v["capacity_err"] for v in verified]  # fmt: skip
     # The simulator only chooses what to measure, so it has failed when none of the configs it

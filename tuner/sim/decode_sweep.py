@@ -1,4 +1,4 @@
-"""A burst that walks the decode batch from many requests down to one, for a profile's fit.
+"""A burst that walks the decode batch from many requests down to one, for the step-time fit.
 
 A step-time model is fitted on the steps the engine served while it was measured, on one
 workload. On `mixed`, most decode steps hold fewer than 24 rows, so the fit cannot tell a row's
@@ -6,19 +6,22 @@ cost from its context's and reads the per-row cost anywhere from 0.07 to 0.12 ms
 the `tiny` preset on one VM). A workload with larger decode batches then simulates wrong: the
 first of those fits read `chat`'s steps at 32 req/s 31% slow (those of 64 and more decodes 45%).
 
-So `tune profile`, whose file is read to screen other workloads too, also fits on this burst:
-SWEEP_REQUESTS requests at once, prompts and output lengths drawn apart (seeded), so the batch
-fills with every request and shrinks one finish at a time, with contexts from short to long.
-About 4 s on the `tiny` preset on a 2-core CPU. Refitted with its steps and those of a second
-burst (48 requests, prompts up to 3072), the two fits read those `chat` steps 12% slow and
-exact; with this burst alone, the second read them 2% slow (the held-out `mixed` level within 5%
-every way).
+So every fit of the built-in engine (`tune`, `tune profile`, `benchmarks/sim_vs_real.py`) also
+sees this burst: SWEEP_REQUESTS requests at once, prompts and output lengths drawn apart
+(seeded), so the batch fills with every request and shrinks one finish at a time, with contexts
+from short to long. About 4 s on the `tiny` preset on a 2-core CPU. The fit weighs each band
+of batch sizes alike (`engine_lite.costmodel`), so the burst's few hundred steps count beside a
+level's thousands. On one set of `mixed` steps (the default's search and the small-budget
+level) the fit as it was (no burst, steps as they came) read `chat`'s steps at 32 and 36 req/s
+at 1.08 and 1.06 of their summed real time, and with both at 0.99 and 0.95, `mixed`'s held-out
+levels unchanged (0.92-0.94). In `benchmarks/sim_vs_real.py`, `chat`'s capacity went from
+16-21% low to 0-6%.
 
-`tune` does not run it: it fits on its own workload's steps, and in four runs with the burst,
-right after four without (`mixed`, one VM), it verified as many configs (seven), overstated
-more of them past the bound (five against four) and took 130-157 s against 96-155 s. A second
-per-row feature that let the cost bend up to 16 rows brought those `chat` steps within 4%, yet
-read `mixed` capacities higher and was not kept (docs/tuner.md).
+`tune` first left it out: in four runs with it, right after four without, it verified as many
+configs and overstated more of them, but the model then lacked a chunk's context read
+(`engine_lite.probe`), which made small budgets' steps read fast with or without the burst.
+A second per-row feature that let the cost bend up to 16 rows was tried twice and not kept
+(docs/tuner.md).
 """
 
 from __future__ import annotations

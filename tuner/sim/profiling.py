@@ -29,7 +29,6 @@ from tuner.settings import (
     MIN_REQUESTS_PER_LEVEL,
 )
 from tuner.sim.calibrate import RealLevel
-from tuner.sim.decode_sweep import decode_sweep
 from tuner.sim.profile import Profile
 from tuner.store.identity import device_of, engine_of, model_of
 from tuner.store.records import Mode, rules_for
@@ -93,8 +92,7 @@ async def _profile(target: Target, request: ProfileRequest, progress: ProgressFn
         progress(f"default at {run.level.rate_rps:.2f} req/s: {len(run.records)} requests")
     if simulator.steps is not None:
         # A profile is read for other workloads too: it must know decode batches this one
-        # lacks (decode_sweep), where a tune fits on its own workload's steps and skips them.
-        await decode_sweep(meter, space)
+        # lacks (decode_sweep) and small chunks.
         await fidelity.calibration_level(meter, space, throughput)
         progress("a decode burst and a level on a small budget: steps of every size")
     simulator.recording(False)

@@ -1,5 +1,5 @@
-"""The decode burst a profile's step-time fit sees: decode batches from many requests down to
-one, on the real engine."""
+"""The decode burst every step-time fit of the built-in engine sees: decode batches from many
+requests down to one, on the real engine."""
 
 import asyncio
 
