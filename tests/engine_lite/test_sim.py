@@ -111,6 +111,26 @@ def test_a_context_read_measured_apart_prices_small_chunks_after_long_prompts():
     assert abs(pinned.step_s(small) / truth.step_s(small) - 1) < 0.01
 
 
+def test_a_fit_on_steps_mostly_of_few_requests_still_reads_the_few_wide_ones():
+    # A row's cost bends (steep to 8 rows, flat beyond), which no linear feature draws; 2000
+    # steps of 1-8 requests (a `mixed` level's) and 40 of 16-96 (a decode burst's). Fitted on
+    # the steps as they came, the narrow ones set the per-row cost and the wide steps read
+    # 1.22-1.42x their time: a simulator so fitted puts a workload of wide batches low.
+    def truth(n: int, ctx: int) -> float:
+        return 1e-3 + 2e-4 * min(n, 8) + 2e-5 * max(0, n - 8) + 2e-7 * n * ctx
+
+    rng = random.Random(0)
+    samples = []
+    for i in range(2040):
+        n = rng.randint(1, 8) if i < 2000 else rng.choice((16, 32, 64, 96))
+        ctx = rng.randint(100, 3000)
+        samples.append((features_of([(ctx, 1, False, True)] * n), truth(n, ctx)))
+    model = fit(samples).model
+    for n in (2, 6, 32, 64, 96):
+        read = model.step_s(features_of([(500, 1, False, True)] * n))
+        assert abs(read / truth(n, 500) - 1) < 0.05
+
+
 def test_a_profile_saved_before_the_small_row_cost_loads_and_predicts_as_it_did():
     saved = MODEL.to_json()
     del saved["coefficients"]["small_rows"]
