@@ -155,7 +155,7 @@ def fit(samples: Sequence[tuple[StepFeatures, float]], chunk_s: float | None = N
     y = np.array([s for _, s in samples], dtype=float)
     if not (y > 0).all():
         raise EngineLiteError("step durations must be positive; the profile is corrupt")
-    w = _band_weights(x[:, FEATURE_NAMES.index("num_reqs")]) / y  # relative error, per band
+    w = _band_weights(x[:, _REQ]) / y  # relative error, per band
     coef = _pinned(x, y, w, chunk_s, context_s)
     model = CostModel(tuple(float(c) for c in coef), **latencies)
     rel = np.abs(x @ coef - y) / y
