@@ -53,10 +53,12 @@ class ChunkProbe:
     step_s: dict[str, float]  # "tokens/split" and "tokens@context" -> median step seconds
     wall_s: float
     context_s: float = 0.0  # seconds a chunk adds per position cached before it
+    # Mean cores other processes used while it ran (None: not watched); see `tuner.sim.probe`.
+    others_cores: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"chunk_ms": self.chunk_s * 1e3, "context_us": self.context_s * 1e6,
-                "wall_s": self.wall_s,
+                "wall_s": self.wall_s, "others_cores": self.others_cores,
                 "step_ms": {k: v * 1e3 for k, v in self.step_s.items()}}  # fmt: skip
 
 

@@ -173,6 +173,25 @@ class CpuGuard:
         return CpuShare(foreign, steal, pace)
 
 
+def others_ticks() -> tuple[int, int, float] | None:
+    """Machine-wide busy ticks, this process's own (every thread), and the time: for
+    `others_cores`. None off Linux."""
+    if not (_PROC / "stat").is_file():
+        return None
+    rest = (_PROC / "self" / "stat").read_text().rsplit(")", 1)[1].split()
+    return _machine_ticks()[0], sum(int(x) for x in rest[11:13]), time.monotonic()
+
+
+def others_cores(before: tuple[int, int, float] | None) -> float | None:
+    """Mean cores every other process used since `others_ticks()`, this run's own children
+    included: a measurement timed inside this process wants the machine to itself."""
+    after = others_ticks()
+    if before is None or after is None or after[2] <= before[2]:
+        return None
+    ticks = (after[2] - before[2]) * os.sysconf("SC_CLK_TCK")
+    return max(0, (after[0] - before[0]) - (after[1] - before[1])) / ticks
+
+
 def _machine_ticks() -> tuple[int, int]:
     # cpu user nice system idle iowait irq softirq steal ...: irq and softirq are left out,
     # since loopback traffic to our own server is handled there and belongs to no process.

@@ -32,11 +32,12 @@ from typing import Any
 import optuna
 
 from engine_lite.costmodel import CostModel, fit
-from engine_lite.probe import ChunkProbe, probe_chunk_cost
+from engine_lite.probe import ChunkProbe
 from engine_lite.sim import SimEngine
 from tuner.measure.meter import LevelRun, Meter
 from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
 from tuner.sim.calibrate import OWN_STEP_SCALES, WIDE_SCALES, RealLevel, StepLog, refit
+from tuner.sim.chunk_probe import described, probe_alone
 from tuner.sim.decode_sweep import decode_sweep
 from tuner.sim.profile import Profile
 from tuner.sim.read_back import PRIOR, fit_served
@@ -126,12 +127,12 @@ class Simulator:
 
     async def _probe(self) -> None:
         """Once, on the built-in engine between levels: the cost of a prefill chunk, which
-        serving steps leave unidentified (`engine_lite.probe`)."""
+        serving steps leave unidentified (`engine_lite.probe`), on a quiet machine."""
         engine = getattr(self.target, "engine", None)
         if self.probed or self.steps is None or not hasattr(engine, "while_idle"):
             return
         self.probed = True
-        self.chunk = await engine.while_idle(probe_chunk_cost)
+        self.chunk = await probe_alone(engine)
 
     def _fit_model(self, levels: list[RealLevel]) -> tuple[SimEngine, CostModel] | None:
         if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
@@ -144,9 +145,7 @@ class Simulator:
             report = fit(self.steps.samples, chunk.chunk_s if chunk else None,
                          chunk.context_s if chunk else 0.0)  # fmt: skip
             if chunk is not None:
-                self.source += (f"; a prefill chunk {chunk.chunk_s * 1e3:.2f} ms and "
-                                f"{chunk.context_s * 1e6:.2f} us per position cached before "
-                                "it, measured apart")  # fmt: skip
+                self.source += f"; {described(chunk)}"
             self.fit_size, self.fit_error = report.num_steps, report.median_rel_error
             self.fit_p90_error = report.p90_rel_error
             return shape, report.model

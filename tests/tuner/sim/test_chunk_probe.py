@@ -1,0 +1,75 @@
+"""The chunk probe is read on a quiet machine: a busy process beside it (this test's own child,
+as a run's client process would be) makes it probe again, on the real tiny engine."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_lite import AsyncEngine, EngineConfig
+from tuner.measure.contention import FOREIGN_CORES
+from tuner.sim.chunk_probe import described, probe_alone
+
+pytestmark = pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="needs Linux /proc")
+_TINY = {"device": "cpu", "max_model_len": 1024, "max_num_batched_tokens": 256}
+
+
+def spinner(seconds: float) -> subprocess.Popen:
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+class Counted:
+    """The engine, counting the probes it ran."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine, self.runs = engine, 0
+
+    async def while_idle(self, fn):
+        self.runs += 1
+        return await self.engine.while_idle(fn)
+
+
+@pytest.fixture
+async def engine():
+    engine = AsyncEngine(EngineConfig(num_gpu_blocks_override=1024, **_TINY))
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+async def test_a_quiet_machine_is_probed_once(engine):
+    counted = Counted(engine)
+    probe = await probe_alone(counted)
+    assert counted.runs == 1
+    assert probe is not None and probe.others_cores is not None
+    assert probe.others_cores <= FOREIGN_CORES
+    assert "other processes" not in described(probe)
+
+
+async def test_a_probe_beside_a_busy_process_is_taken_again_once_it_ends(engine):
+    counted = Counted(engine)
+    busy = spinner(1.5)  # busy through the first try, gone before the second
+    try:
+        probe = await probe_alone(counted, tries=3, pause_s=2.0)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert counted.runs == 2
+    assert probe is not None and probe.others_cores is not None
+    assert probe.others_cores <= FOREIGN_CORES
+
+
+async def test_a_machine_busy_throughout_keeps_the_quietest_try_and_says_so(engine):
+    counted = Counted(engine)
+    busy = spinner(60)
+    try:
+        probe = await probe_alone(counted, tries=2, pause_s=0.1)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert counted.runs == 2
+    assert probe is not None and probe.others_cores > 0.5
+    assert f"while other processes used {probe.others_cores:.2f} cores" in described(probe)
+    assert probe.to_json()["others_cores"] == probe.others_cores
