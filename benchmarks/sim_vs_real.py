@@ -99,8 +99,8 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
     default = await meter.capacity(SEARCH)
     levels = [RealLevel(space.default_config(), r.level.rate_rps, r.records)
               for r in default.levels]  # fmt: skip
-    if simulator.steps is not None:  # the built-in engine: wide decode batches and small chunks too
-        await fidelity.calibration_level(meter, space, default.capacity_rps or 1.0)
+    # Wide decode batches (and small chunks, on the built-in engine), as tune's fit sees them.
+    await simulator.calibrate(meter, space, default.capacity_rps or 1.0)
     assert await simulator.fit(meter, levels), "too few steps to fit"
     simulator.recording(False)  # nothing measured from here on reaches the fit
     return simulator, default

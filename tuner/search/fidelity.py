@@ -2,8 +2,8 @@
 
 1. The default config is measured for real first. The built-in engine reports every step it
    serves; with a burst of decode batches from 96 requests to one and a level on a small
-   budget (chunks of every size), the simulator's step-time model is fitted on them. A `tune
-   profile` file can give the model instead.
+   budget (chunks of every size), the simulator's step-time model is fitted on them; vLLM's
+   is fitted on its clients' spans, the burst's too. A `tune profile` file can give it instead.
 2. Screen: every config of a grid gets a capacity search on the simulator.
 3. Verify: the best screened config not yet measured is measured for real, its rate search
    starting at its simulated capacity. The model is refitted on every step (or level) measured
@@ -34,11 +34,11 @@ import optuna
 from engine_lite.costmodel import CostModel, fit
 from engine_lite.probe import ChunkProbe
 from engine_lite.sim import SimEngine
-from tuner.measure.meter import LevelRun, Meter
-from tuner.search.space import BUDGET, THRESHOLD, SearchSpace
+from tuner.measure.meter import Meter
+from tuner.search.space import SearchSpace
 from tuner.sim.calibrate import OWN_STEP_SCALES, WIDE_SCALES, RealLevel, StepLog, refit
+from tuner.sim.calibration import burst_level, calibration_level
 from tuner.sim.chunk_probe import described, probe_alone
-from tuner.sim.decode_sweep import decode_sweep
 from tuner.sim.profile import Profile
 from tuner.sim.read_back import PRIOR, fit_served
 from tuner.sim.screen import Screened, screen, screen_space
@@ -51,8 +51,6 @@ from tuner.targets.knobs import Knobs, knobs_to_json
 
 SIM_ERROR_BOUND = 0.2  # overstated gain over the default past which the search measures for real
 RESCREEN_TOP = 24  # after a refit, the best configs so far are screened again
-CALIBRATION_BUDGET = 256  # the small budget of the extra calibration level
-CALIBRATION_LOAD = 0.6  # its rate, as a share of the default's capacity
 MIN_STEPS = 50
 
 
@@ -81,6 +79,7 @@ class Simulator:
     chunk: ChunkProbe | None = None  # what a prefill chunk costs, measured apart (built-in)
     probed: bool = False
     verification_ended: str | None = None  # why no further config was verified, if not budget
+    calibration: list[RealLevel] = field(default_factory=list)  # vLLM: fitted, not refitted to
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
@@ -134,6 +133,21 @@ class Simulator:
         self.probed = True
         self.chunk = await probe_alone(engine)
 
+    @property
+    def calibration_phase(self) -> str | None:
+        """What `calibrate` runs (`tuner.sim.calibration`); None when it runs nothing."""
+        if self.steps is not None:
+            return "a decode burst and a level on a small budget: steps for the simulator"
+        vllm = _serves_like_vllm(self.target) and not self.calibration
+        return "a decode burst on the default: request spans for the simulator" if vllm else None
+
+    async def calibrate(self, meter: Meter, space: SearchSpace, capacity_rps: float) -> None:
+        """Once before the first fit: levels the steps log, or the span fit reads."""
+        if self.steps is not None:
+            await calibration_level(meter, space, capacity_rps)
+        elif self.calibration_phase:
+            self.calibration.append(await burst_level(meter, space))
+
     def _fit_model(self, levels: list[RealLevel]) -> tuple[SimEngine, CostModel] | None:
         if self.steps is not None and len(self.steps.samples) >= MIN_STEPS:
             engine: Any = self.target.engine
@@ -152,12 +166,13 @@ class Simulator:
         if _serves_like_vllm(self.target) and levels:
             shape = self.target.sim_shape()  # type: ignore[attr-defined]
             start = self.profile.model_cost if self.profile is not None else PRIOR
-            spans = fit_served(levels, shape, start)
+            spans = fit_served([*levels, *self.calibration], shape, start)
             if spans is not None:
                 self.fit_size, self.fit_error = spans.num_spans, spans.mean_rel_error
                 self.fit_p90_error = spans.p90_rel_error
+                burst = " and a decode burst" if self.calibration else ""
                 self.source = (f"fitted on {spans.num_spans} request spans in {len(levels)} "
-                               f"levels vLLM served (mean span error "
+                               f"levels{burst} vLLM served (mean span error "
                                f"{spans.mean_rel_error:.0%})")  # fmt: skip
                 return shape, spans.model
         if self.profile is not None:
@@ -215,21 +230,6 @@ def _serves_like_vllm(target: Target) -> bool:
     """vLLM runs our scheduler's rules (checked step by step), so its clients' timings can be
     fitted through it; any other server's scheduler is unknown."""
     return target.facts.kind is TargetKind.VLLM and hasattr(target, "sim_shape")
-
-
-def calibration_config(space: SearchSpace) -> Knobs:
-    """A small budget with a threshold: steps of small chunks, which the default lacks."""
-    knobs = {**space.default_config(), BUDGET: CALIBRATION_BUDGET}
-    if THRESHOLD in knobs:
-        knobs[THRESHOLD] = CALIBRATION_BUDGET // 4
-    return space.normalise(knobs)
-
-
-async def calibration_level(meter: Meter, space: SearchSpace, capacity_rps: float) -> LevelRun:
-    """Steps a workload's own levels lack: wide decode batches, then small chunks."""
-    await decode_sweep(meter, space)
-    await meter.target.apply(calibration_config(space))
-    return await meter.level(max(0.1, CALIBRATION_LOAD * capacity_rps))
 
 
 def real_levels(view: RunView) -> list[RealLevel]:

@@ -84,9 +84,10 @@ async def search_with_simulator(run: ScreenedRun, budget: Budget, display: Statu
         return await search(run, budget, display)
     view = RunView.read(run.files, run.study)
     default = view.with_role(Role.DEFAULT)
-    if simulator.steps is not None and not placed and default is not None and default.capacity_rps:
-        display.set_phase("a decode burst and a level on a small budget: steps for the simulator")
-        await fidelity.calibration_level(run.meter, run.space, default.capacity_rps)
+    phase = simulator.calibration_phase
+    if phase and not placed and default is not None and default.capacity_rps:
+        display.set_phase(phase)
+        await simulator.calibrate(run.meter, run.space, default.capacity_rps)
     if not await simulator.fit(run.meter, fidelity.real_levels(view)):
         display.line("too few engine steps to fit a simulator: searching for real")
         return await search(run, budget, display)
@@ -122,8 +123,8 @@ async def _place_default(run: ScreenedRun, simulator: fidelity.Simulator,
     s, default = run.settings, run.space.default_config()
     burst = s.burst_requests(run.target.facts.device)
     start = s.start_rps or await first_start_rps(run.study, run.meter, default, burst, display)
-    display.set_phase("a decode burst and a level on a small budget: steps for the simulator")
-    await fidelity.calibration_level(run.meter, run.space, start)
+    display.set_phase(simulator.calibration_phase or "")
+    await simulator.calibrate(run.meter, run.space, start)
     if not await simulator.fit(run.meter, []):
         return None
     hint = await simulator.capacity_of(default, start)

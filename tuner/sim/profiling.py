@@ -90,11 +90,12 @@ async def _profile(target: Target, request: ProfileRequest, progress: ProgressFn
         run = await meter.level(load * throughput)
         levels.append(RealLevel(default, run.level.rate_rps, run.records))
         progress(f"default at {run.level.rate_rps:.2f} req/s: {len(run.records)} requests")
-    if simulator.steps is not None:
-        # A profile is read for other workloads too: it must know decode batches this one
-        # lacks (decode_sweep) and small chunks.
-        await fidelity.calibration_level(meter, space, throughput)
-        progress("a decode burst and a level on a small budget: steps of every size")
+    # A profile is read for other workloads too: it must know decode batches this one lacks
+    # (decode_sweep) and, for the built-in engine, small chunks.
+    phase = simulator.calibration_phase
+    if phase:
+        await simulator.calibrate(meter, space, throughput)
+        progress(phase)
     simulator.recording(False)
     if not await simulator.fit(meter, levels) or simulator.sim is None:
         raise TuneError("too few steps to fit a profile; raise --num-requests")

@@ -54,6 +54,8 @@ def test_tune_on_real_vllm_counts_its_starts_and_its_flags_start_vllm(folder, tm
     assert rec["default"]["config"]["max_num_seqs"] == 128
     # Only knobs vLLM has: engine_lite's prefill_first extension is never searched.
     assert all(t["config"].get("policy", "decode_first") == "decode_first" for t in rec["trials"])
+    # The simulator's span fit also read a decode burst on the default (tuner/sim/calibration.py).
+    assert "levels and a decode burst vLLM served" in rec["sim"]["model_source"]
     # --dtype reaches every vLLM it started (vLLM would run this float32 folder in bfloat16).
     logs = sorted((run_dir / "server-logs").glob("vllm-*.log"))
     assert logs and all("dtype=torch.float32" in log.read_text() for log in logs)
