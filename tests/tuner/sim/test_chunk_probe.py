@@ -31,6 +31,17 @@ class Counted:
         return await self.engine.while_idle(fn)
 
 
+async def probe_beside_a_spinner(engine, seconds: float, **kwargs):
+    """The guarded probe while a child process spins for `seconds`; (tries, probe)."""
+    counted, busy = Counted(engine), spinner(seconds)
+    try:
+        probe = await probe_alone(counted, **kwargs)
+    finally:
+        busy.kill()
+        busy.wait()
+    return counted.runs, probe
+
+
 @pytest.fixture
 async def engine():
     engine = AsyncEngine(EngineConfig(num_gpu_blocks_override=1024, **_TINY))
@@ -49,27 +60,16 @@ async def test_a_quiet_machine_is_probed_once(engine):
 
 
 async def test_a_probe_beside_a_busy_process_is_taken_again_once_it_ends(engine):
-    counted = Counted(engine)
-    busy = spinner(1.5)  # busy through the first try, gone before the second
-    try:
-        probe = await probe_alone(counted, tries=3, pause_s=2.0)
-    finally:
-        busy.kill()
-        busy.wait()
-    assert counted.runs == 2
+    # Busy through the first try, gone before the second.
+    runs, probe = await probe_beside_a_spinner(engine, 1.5, tries=3, pause_s=2.0)
+    assert runs == 2
     assert probe is not None and probe.others_cores is not None
     assert probe.others_cores <= FOREIGN_CORES
 
 
 async def test_a_machine_busy_throughout_keeps_the_quietest_try_and_says_so(engine):
-    counted = Counted(engine)
-    busy = spinner(60)
-    try:
-        probe = await probe_alone(counted, tries=2, pause_s=0.1)
-    finally:
-        busy.kill()
-        busy.wait()
-    assert counted.runs == 2
+    runs, probe = await probe_beside_a_spinner(engine, 60, tries=2, pause_s=0.1)
+    assert runs == 2
     assert probe is not None and probe.others_cores > 0.5
     assert f"while other processes used {probe.others_cores:.2f} cores" in described(probe)
     assert probe.to_json()["others_cores"] == probe.others_cores
