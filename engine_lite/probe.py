@@ -53,7 +53,7 @@ class ChunkProbe:
     step_s: dict[str, float]  # "tokens/split" and "tokens@context" -> median step seconds
     wall_s: float
     context_s: float = 0.0  # seconds a chunk adds per position cached before it
-    # Mean cores other processes used while it ran (None: not watched); see `tuner.sim.probe`.
+    # Mean cores other processes used while it ran (None: not watched); see `tuner.sim.chunk_probe`.
     others_cores: float | None = None
 
     def to_json(self) -> dict[str, Any]:

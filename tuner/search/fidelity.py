@@ -79,7 +79,7 @@ class Simulator:
     chunk: ChunkProbe | None = None  # what a prefill chunk costs, measured apart (built-in)
     probed: bool = False
     verification_ended: str | None = None  # why no further config was verified, if not budget
-    calibration: list[RealLevel] = field(default_factory=list)  # vLLM: fitted, not refitted to
+    calibration: list[RealLevel] = field(default_factory=list)  # vLLM's burst: spans, not tail
 
     @classmethod
     def for_target(cls, target: Target, profile: Profile | None) -> Simulator | None:
