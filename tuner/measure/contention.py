@@ -173,23 +173,24 @@ class CpuGuard:
         return CpuShare(foreign, steal, pace)
 
 
-def others_ticks() -> tuple[int, int, float] | None:
-    """Machine-wide busy ticks, this process's own (every thread), and the time: for
-    `others_cores`. None off Linux."""
+def others_mark() -> CpuMark | None:
+    """Counters for `others_cores`, with `ours` this process's own (every thread, no children).
+    None off Linux."""
     if not (_PROC / "stat").is_file():
         return None
     rest = (_PROC / "self" / "stat").read_text().rsplit(")", 1)[1].split()
-    return _machine_ticks()[0], sum(int(x) for x in rest[11:13]), time.monotonic()
+    busy, steal = _machine_ticks()
+    return CpuMark(busy, steal, sum(int(x) for x in rest[11:13]), time.monotonic())
 
 
-def others_cores(before: tuple[int, int, float] | None) -> float | None:
-    """Mean cores every other process used since `others_ticks()`, this run's own children
+def others_cores(before: CpuMark | None) -> float | None:
+    """Mean cores every other process used since `others_mark()`, this run's own children
     included: a measurement timed inside this process wants the machine to itself."""
-    after = others_ticks()
-    if before is None or after is None or after[2] <= before[2]:
+    after = others_mark()
+    if before is None or after is None or after.at_s <= before.at_s:
         return None
-    ticks = (after[2] - before[2]) * os.sysconf("SC_CLK_TCK")
-    return max(0, (after[0] - before[0]) - (after[1] - before[1])) / ticks
+    ticks = (after.at_s - before.at_s) * os.sysconf("SC_CLK_TCK")
+    return max(0, (after.busy - before.busy) - (after.ours - before.ours)) / ticks
 
 
 def _machine_ticks() -> tuple[int, int]:

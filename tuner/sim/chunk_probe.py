@@ -15,10 +15,11 @@ moment and probes again, and keeps the quietest of its tries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from engine_lite.probe import ChunkProbe, probe_chunk_cost
-from tuner.measure.contention import FOREIGN_CORES, others_cores, others_ticks
+from tuner.measure.contention import FOREIGN_CORES, others_cores, others_mark
 
 TRIES = 4
 PAUSE_S = 1.5  # between tries: what woke beside the probe is often a burst of work
@@ -32,12 +33,12 @@ async def probe_alone(engine: Any, tries: int = TRIES, pause_s: float = PAUSE_S
     for attempt in range(tries):
         if attempt:
             await asyncio.sleep(pause_s)
-        before = others_ticks()
+        before = others_mark()
         probe = await engine.while_idle(probe_chunk_cost)
         if probe is None:
             return None
         others = others_cores(before)
-        probe = ChunkProbe(probe.chunk_s, probe.step_s, probe.wall_s, probe.context_s, others)
+        probe = dataclasses.replace(probe, others_cores=others)
         if quietest is None or (others or 0.0) < (quietest.others_cores or 0.0):
             quietest = probe
         if others is None or others <= FOREIGN_CORES:
