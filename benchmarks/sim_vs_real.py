@@ -11,8 +11,10 @@ and 80% of the real capacity (one level each, the same request list and arrivals
 
 `--json` prints relative errors as fractions keyed by target, workload and figure
 (`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
-every measurement under `detail`, and the noise floor under `<target>_noise`: the default's
-capacity measured at the start and again at the end (`capacity_drift`); on a shared 2-core
+every measurement under `detail` (and each row's first real search level by level, replayed
+on the simulator at the real send times: `levels`), and the noise floor under
+`<target>_noise`: the default's capacity measured at the start and again at the end
+(`capacity_drift`); on a shared 2-core
 VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar. Each row's
 `machine` (and the noise floor's, one per search) says how shared the machine was during its
 real levels: how many were measured again, the most CPU other processes used, the most the
@@ -47,12 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen import build_workload
 from slo import compute_metrics, parse_slo
 from tuner.measure.contention import CpuGuard
+from tuner.measure.judge import served_fraction
 from tuner.measure.meter import LevelSettings, Meter, machine_summary
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.search import fidelity
 from tuner.search.space import SpaceFacts, build_space
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
-from tuner.sim.calibrate import RealLevel
+from tuner.sim.calibrate import RealLevel, simulate_level
 from tuner.store.records import Mode, rules_for
 from tuner.targets.factory import TargetOptions, open_target
 from tuner.targets.vllm import VllmOptions, VllmTarget
@@ -164,7 +167,26 @@ async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dic
             "ttft_p99_err": rel_err(1000 * want.p99_ttft_s, median_of(ttft)),
         }  # fmt: skip
     out["machine"] = machine(watched)
+    out["levels"] = await level_by_level(sim, meter, knobs, reals[0])
     return out
+
+
+async def level_by_level(sim: fidelity.Simulator, meter: Meter, knobs: dict,
+                         real: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """The first real search's levels, each replayed on the simulator at its real send times:
+    where a capacity error comes from (steps too fast or slow show in TPOT; a queue the model
+    lacks shows in TTFT and in the share of the offered rate served)."""
+    rows = []
+    for run in real.levels:
+        level = RealLevel(knobs, run.level.rate_rps, run.records)
+        pairs = await simulate_level(sim.sim, meter, level)
+        both = [[p[i] for p in pairs] for i in (1, 0)]  # simulated, real
+        metrics = [compute_metrics(records) for records in both]
+        rows.append({"rate_rps": run.level.rate_rps, "passed": run.level.verdict.passed,
+                     "tpot_p99_ms": [1000 * m.p99_tpot_s for m in metrics],
+                     "ttft_p99_ms": [1000 * m.p99_ttft_s for m in metrics],
+                     "served": [served_fraction(records) for records in both]})  # fmt: skip
+    return rows  # each pair: simulated, real
 
 
 def worst(rows: list[dict[str, Any]], figure: str) -> float | None:
