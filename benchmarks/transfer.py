@@ -11,9 +11,14 @@ default's own levels (from what the clients saw, tuner/sim/read_back.py), with t
 correlation and pick figures for it.
 
 Every level holds at least `--min-requests` requests (default: as `tune --engine vllm`), on
-both engines, so both rankings rest on p99s of the same sample size.
+both engines, so both rankings rest on p99s of the same sample size. Both run the weights in
+one `--dtype`: bfloat16 by default, what vLLM 0.32 runs a float32 checkpoint in on a CPU. The
+built-in engine's own CPU default is float32, which on a CPU with AMX ran its steps 1.7x
+slower than bfloat16 (2.5x for the longest prefills), so in float32 it weighs a prefill chunk
+against decodes differently from vLLM.
 
-    .venv/bin/python benchmarks/transfer.py [--vllm-command CMD] [--min-requests N] [--json]
+    .venv/bin/python benchmarks/transfer.py [--vllm-command CMD] [--min-requests N]
+        [--dtype bfloat16|float32] [--json]
 
 One vLLM start per config (45-75 s on a 2-core CPU); with 320-request levels a run takes
 about 40 minutes.
@@ -149,14 +154,14 @@ def picked(values: list[float], vllm: list[float]) -> dict[str, Any]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_hf_folder("tiny", Path(tmp) / "tiny")
-        builtin = open_target(TargetOptions(model=str(folder)))
+        builtin = open_target(TargetOptions(model=str(folder), engine={"dtype": args.dtype}))
         try:
             ours, _ = await capacities(builtin, meter_for(builtin, args.min_requests), CONFIGS,
                                        "engine_lite")  # fmt: skip
         finally:
             await builtin.close()
         vllm = VllmTarget(VllmOptions(str(folder), command=args.vllm_command,
-                                      log_dir=Path(tmp) / "logs"))  # fmt: skip
+                                      log_dir=Path(tmp) / "logs", dtype=args.dtype))  # fmt: skip
         try:
             meter = meter_for(vllm, args.min_requests)
             theirs, levels = await capacities(vllm, meter, CONFIGS, "vLLM")
@@ -166,6 +171,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     builtin_pick, sim_pick = picked(ours, theirs), picked(sim, theirs)
     return {
         "slo": SLO, "workload": "mixed", "min_requests_per_level": args.min_requests,
+        "dtype": args.dtype,
         "configs": [{"config": c, "engine_lite_rps": o, "vllm_rps": t, "vllm_sim_rps": v}
                     for c, o, t, v in zip(CONFIGS, ours, theirs, sim, strict=True)],
         "spearman": builtin_pick["spearman"], "engine_lite_pick": builtin_pick["pick"],
@@ -184,6 +190,12 @@ def main() -> None:
         default=MIN_REQUESTS_PER_LEVEL_VLLM,
         help="requests a level holds at least, on both engines (default: tune's "
         "with --engine vllm)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="the dtype both engines run the weights in (default: vLLM's on a CPU)",
     )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
