@@ -104,7 +104,12 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
               for r in default.levels]  # fmt: skip
     # Wide decode batches (and small chunks, on the built-in engine), as tune's fit sees them.
     await simulator.calibrate(meter, space, default.capacity_rps or 1.0)
-    assert await simulator.fit(meter, levels), "too few steps to fit"
+    if not await simulator.fit(meter, levels):
+        # The contention guard leaves out the steps of levels other processes slowed.
+        raise SystemExit(
+            "too few engine steps to fit the simulator on (levels slowed by other "
+            "processes are left out): run it again on a quieter machine"
+        )
     simulator.recording(False)  # nothing measured from here on reaches the fit
     return simulator, default
 
