@@ -10,14 +10,13 @@ and 80% of the real capacity (one level each, the same request list and arrivals
     .venv/bin/python benchmarks/sim_vs_real.py [--workloads mixed chat] [--json] [--quick]
 
 `--json` prints relative errors as fractions keyed by target, workload and figure
-(`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with
-every measurement under `detail` (and each row's first real search level by level, replayed
-on the simulator at the real send times: `levels`), and the noise floor under
-`<target>_noise`: the default's capacity measured at the start and again at the end
-(`capacity_drift`); on a shared 2-core
-VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar. Each row's
-`machine` (and the noise floor's, one per search) says how shared the machine was during its
-real levels: how many were measured again, the most CPU other processes used, the most the
+(`capacity_err`, `tpot_p99_err`, `ttft_p99_err`: the largest over configs and loads), with every
+measurement under `detail` (and each row's first real search level by level, replayed on the
+simulator at the real send times: `levels`), and the noise floor under `<target>_noise`: the
+default's capacity measured at the start and again at the end (`capacity_drift`); on a shared
+2-core VM one config's capacity moved 5.1-7.3 req/s between runs, more than the 10% bar. Each
+row's `machine` (and the noise floor's, one per search) says how shared the machine was during
+its real levels: how many were measured again, the most CPU other processes used, the most the
 hypervisor stole (tuner/measure/contention.py).
 
 `--repeats N` measures every real figure N times (each config's capacity search, in an order
