@@ -35,17 +35,18 @@ from transfer import SLO, search_from
 from loadgen import build_workload
 from slo import parse_slo
 from tuner.measure.contention import CpuGuard
-from tuner.measure.draws import LevelMix
-from tuner.measure.meter import LevelSettings, Meter
+from tuner.measure.meter import Meter
 from tuner.measure.verdict import LevelVerdict
+from tuner.settings import TuneSettings
 from tuner.store.records import Mode, rules_for
+from tuner.store.runfiles import RunFiles
 from tuner.targets.vllm import VllmOptions, VllmTarget
 
 
-def configs_of(run_dirs: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def configs_of(run_dirs: list[str]) -> list[dict[str, Any]]:
     """Each run's recommended config (as its report tells the reader to run it) and the
-    default, once each, with the capacity the run reported as the search's start; and the
-    workload the runs replayed (the same in all, or a one-line exit)."""
+    default, once each, with the capacity the run reported as the search's start. The runs
+    must have replayed one workload (else a one-line exit)."""
     out: dict[str, dict[str, Any]] = {}
     workloads = set()
     for run_dir in run_dirs:
@@ -65,31 +66,27 @@ def configs_of(run_dirs: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any
     if len(workloads) > 1:
         raise SystemExit("the runs replayed different workloads (seed, size or level settings); "
                          "pass runs of one `tune` command line")  # fmt: skip
-    return sorted(out.values(), key=lambda c: c["label"] == "default"), json.loads(workloads.pop())
+    return sorted(out.values(), key=lambda c: c["label"] == "default")
 
 
-def meter_for(target: VllmTarget, workload: dict[str, Any]) -> Meter:
-    """The meter `tune` measured the runs with: their request list, levels and verdicts."""
+def meter_for(target: VllmTarget, run_dir: str) -> Meter:
+    """The meter `tune` measured the run with: its request list, levels and verdicts."""
+    settings = TuneSettings.from_json(RunFiles(Path(run_dir)).read_run_info()["settings"])
     facts = target.facts
-    wl = build_workload(workload["name"], num_requests=workload["num_requests"],
-                        seed=workload["seed"], max_model_len=facts.max_model_len,
-                        vocab_size=facts.vocab_size)  # fmt: skip
-    level = LevelSettings(arrival=workload["arrival"], burstiness=workload["burstiness"],
-                          seed=workload["seed"], duration_s=workload["level_s"],
-                          min_requests=workload["min_requests_per_level"],
-                          mix=LevelMix(workload["level_mix"]))  # fmt: skip
-    return Meter(target, wl.requests, parse_slo(SLO), level,
+    size = settings.resolved_num_requests(facts.device)
+    wl = build_workload(settings.workload, num_requests=size, seed=settings.workload_seed,
+                        max_model_len=facts.max_model_len, vocab_size=facts.vocab_size)  # fmt: skip
+    return Meter(target, wl.requests, parse_slo(SLO), settings.level_settings(),
                  rules_for(Mode.CAPACITY, facts.require_schedule),
                  guard=CpuGuard.watching(target))  # fmt: skip
 
 
-async def measure(args: argparse.Namespace, configs: list[dict[str, Any]],
-                  workload: dict[str, Any]) -> None:  # fmt: skip
+async def measure(args: argparse.Namespace, configs: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         target = VllmTarget(VllmOptions(args.vllm_folder, command=args.vllm_command,
                                         log_dir=Path(tmp) / "logs"))  # fmt: skip
         try:
-            meter = meter_for(target, workload)
+            meter = meter_for(target, args.run_dirs[0])
             for round_ in range(args.rounds):
                 for c in configs:
                     await target.apply(target.knobs.complete(c["config"]))
@@ -135,8 +132,8 @@ def main() -> None:
     args = p.parse_args()
     if args.rounds < 1:
         raise SystemExit(f"--rounds {args.rounds} measures nothing; use 1 or more")
-    configs, workload = configs_of(args.run_dirs)
-    asyncio.run(measure(args, configs, workload))
+    configs = configs_of(args.run_dirs)
+    asyncio.run(measure(args, configs))
     result = summary(configs)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -15,8 +15,7 @@ from loadgen import LoadgenError, Workload, build_workload
 from slo import SLO, SLOError, parse_slo
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard
-from tuner.measure.draws import LevelMix
-from tuner.measure.meter import Clock, LevelSettings, Meter
+from tuner.measure.meter import Clock, Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.report.live import RunStatus, StatusSink, make_display
 from tuner.report.publish import publish, report_lost_server
@@ -58,7 +57,7 @@ from tuner.store.environment import environment
 from tuner.store.identity import device_of, engine_of, model_of
 from tuner.store.records import Candidate, Confirmation, Mode, Role, SameRateCheck, rules_for
 from tuner.store.runfiles import CONFIRMATION_FILE, RUN_FILE, RunFiles, RunView
-from tuner.targets.base import ReplayPlan, ServerLost, Target
+from tuner.targets.base import ServerLost, Target
 from tuner.targets.factory import open_target
 
 
@@ -163,12 +162,8 @@ def prepare(
     space = build_space(target.knobs, SpaceFacts(facts.block_size, facts.max_model_len, longest),
                         settings.param_domains(), settings.fixed_values())  # fmt: skip
     mode = Mode.GOODPUT if settings.rate_rps is not None else Mode.CAPACITY
-    level = LevelSettings(arrival=settings.arrival, burstiness=settings.burstiness,
-                          seed=settings.workload_seed, duration_s=settings.level_s or None,
-                          min_requests=settings.resolved_min_requests(),
-                          mix=LevelMix(settings.level_mix),
-                          replay=ReplayPlan(timeout_s=settings.request_timeout_s))  # fmt: skip
-    meter = Meter(target, workload.requests, slo, level, rules_for(mode, facts.require_schedule),
+    meter = Meter(target, workload.requests, slo, settings.level_settings(),
+                  rules_for(mode, facts.require_schedule),
                   clock, CpuGuard.watching(target))  # fmt: skip
     scenario = Scenario(settings.scenario) if settings.scenario else scenario_for(workload.name)
     storage = open_storage(settings.storage, files.root, settings.heartbeat_s)

@@ -11,9 +11,11 @@ from typing import Any
 
 from tuner.errors import TuneError
 from tuner.measure.draws import LevelMix
+from tuner.measure.meter import LevelSettings
 from tuner.search.space import Domain, parse_fix, parse_param
 from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
+from tuner.targets.base import ReplayPlan
 from tuner.targets.factory import TargetOptions
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
@@ -207,6 +209,14 @@ class TuneSettings:
             launch_timeout_s=self.launch_timeout_s, log_dir=log_dir,
             synthetic_level_s=self.synthetic_s,
         )  # fmt: skip
+
+    def level_settings(self) -> LevelSettings:
+        """How each load level replays the request list (what `tune`'s meter measures with)."""
+        return LevelSettings(arrival=self.arrival, burstiness=self.burstiness,
+                             seed=self.workload_seed, duration_s=self.level_s or None,
+                             min_requests=self.resolved_min_requests(),
+                             mix=LevelMix(self.level_mix),
+                             replay=ReplayPlan(timeout_s=self.request_timeout_s))  # fmt: skip
 
     def resolved_study_name(self) -> str:
         return self.study_name or f"tune-{self.workload}"
