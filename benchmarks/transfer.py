@@ -20,8 +20,9 @@ against decodes differently from vLLM.
     .venv/bin/python benchmarks/transfer.py [--vllm-command CMD] [--min-requests N]
         [--dtype bfloat16|float32] [--json]
 
-One vLLM start per config (45-75 s on a 2-core CPU); with 320-request levels a run takes
-about 40 minutes.
+One vLLM start per config (45-75 s on a 2-core CPU); with 320-request levels a run took about
+45 minutes (`--min-requests 320`, as `benchmarks/results/transfer_mixed_bf16.json` was
+measured). Tune's level since then holds 640, which doubles every level on both engines.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def meter_for(target: Any, min_requests: int) -> Meter:
 
 def search_from(start_rps: float, first: bool) -> RateSearchSettings:
     # The first search climbs from a guess; later ones start at the previous config's
-    # capacity (neighbouring configs are close), since a slow level of 320 requests is long.
+    # capacity (neighbouring configs are close), since a slow level of 640 requests is long.
     return RateSearchSettings(
         start_rps=start_rps, growth=1.6 if first else 1.3, rel_tol=0.1, min_rps=0.1
     )

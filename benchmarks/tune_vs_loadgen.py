@@ -109,7 +109,7 @@ def main() -> None:
         "--min-requests",
         type=int,
         help="requests per level, for tune and loadgen "
-        "alike (default: tune's, 20; 320 with --vllm-folder, as tune --engine vllm)",
+        "alike (default: tune's, 20; 640 with --vllm-folder, as tune --engine vllm)",
     )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

@@ -120,11 +120,11 @@ def test_against_vllm_levels_hold_more_requests_and_the_run_more_time():
 
     builtin, vllm = parsed(), parsed("--engine", "vllm", "--model", "/models/tiny")
     assert (builtin.resolved_min_requests(), builtin.time_budget_s) == (20, 540.0)
-    # A p99 over 320 requests, not over the few dozen an 8 s level at a CPU rate holds; and
+    # A p99 over 640 requests, not over the few dozen an 8 s level at a CPU rate holds; and
     # room in the request list for disjoint draws of such a level: the search's, two
     # re-measurements and two steps down.
-    assert (vllm.resolved_min_requests(), vllm.time_budget_s) == (320, 1200.0)
-    assert vllm.resolved_num_requests("cpu") == 1600
+    assert (vllm.resolved_min_requests(), vllm.time_budget_s) == (640, 1200.0)
+    assert vllm.resolved_num_requests("cpu") == 3200
     given = parsed("--engine", "vllm", "--min-requests", "100", "--time-budget", "5m")
     assert (given.resolved_min_requests(), given.time_budget_s) == (100, 300.0)
 

@@ -43,7 +43,7 @@ def draw_requests(requests: Sequence[Any], n: int, draw: int, seed: int,
     # picks may fall on one position: the later moves up one, which stays inside the list.
     # From one draw to the next each stratum's pick moves on by 1 / (whole requests in a
     # stratum), so that many draws take different requests: the search's, each re-measurement
-    # and each step down (5 draws of 320 from vLLM's list of 1600, 6 of 60 from 400), after
+    # and each step down (5 draws of 640 from vLLM's list of 3200, 6 of 60 from 400), after
     # which the picks come round again with other arrivals.
     width = len(requests) / n
     start = np.random.default_rng([seed, n]).random(n)
