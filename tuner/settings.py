@@ -28,9 +28,9 @@ MIN_REQUESTS_PER_LEVEL = 20
 # worst request or two, and which request is worst depends on where the long prompts of that
 # arrival draw land: on real vLLM the same config's capacity moved 10-18 req/s between searches
 # with 8 s levels. benchmarks/level_noise.py measures how the spread falls with the level size.
-# 640, not 320: a promise measured on 320-request levels missed on independent 320-request
-# windows (loadgen's seeds carry 0.93-1.16x the mix's prefill), one measured on 640 held on all
-# three (0.99-1.04x), the default missing on all three beside it (docs/tuner.md, run 18).
+# 640, not 320: promises measured on 320-request levels missed on independent 320-request
+# windows (loadgen's seeds carry 0.93-1.16x the mix's prefill); at 640 (0.99-1.04x) runs 18-20
+# held on 7 of 9, the default missing on 9 of 9 beside them (docs/tuner.md, "Level size").
 MIN_REQUESTS_PER_LEVEL_VLLM = 640
 # Fresh draws each top config is re-measured on. With --engine vllm one more: its confirmed
 # capacity must hold on each draw, and a run's promise is judged on fresh server starts.
