@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transfer import SLO, search_from
 
-from loadgen import build_workload
 from slo import parse_slo
 from tuner.measure.contention import CpuGuard
 from tuner.measure.meter import Meter
@@ -73,10 +72,8 @@ def meter_for(target: VllmTarget, run_dir: str) -> Meter:
     """The meter `tune` measured the run with: its request list, levels and verdicts."""
     settings = TuneSettings.from_json(RunFiles(Path(run_dir)).read_run_info()["settings"])
     facts = target.facts
-    size = settings.resolved_num_requests(facts.device)
-    wl = build_workload(settings.workload, num_requests=size, seed=settings.workload_seed,
-                        max_model_len=facts.max_model_len, vocab_size=facts.vocab_size)  # fmt: skip
-    return Meter(target, wl.requests, parse_slo(SLO), settings.level_settings(),
+    requests = settings.request_list(facts).requests
+    return Meter(target, requests, parse_slo(SLO), settings.level_settings(),
                  rules_for(Mode.CAPACITY, facts.require_schedule),
                  guard=CpuGuard.watching(target))  # fmt: skip
 

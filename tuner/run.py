@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 from optuna.samplers import BaseSampler
 
-from loadgen import LoadgenError, Workload, build_workload
+from loadgen import LoadgenError, Workload
 from slo import SLO, SLOError, parse_slo
 from tuner.errors import TuneError
 from tuner.measure.contention import CpuGuard
@@ -152,10 +152,7 @@ def prepare(
     """The workload, the space, the study and the meter, all sized by the target."""
     facts = target.facts
     try:
-        workload = build_workload(settings.workload, seed=settings.workload_seed,
-                                  num_requests=settings.resolved_num_requests(facts.device),
-                                  max_model_len=facts.max_model_len,
-                                  vocab_size=facts.vocab_size)  # fmt: skip
+        workload = settings.request_list(facts)
     except LoadgenError as exc:
         raise TuneError(str(exc)) from None
     longest = max(r.prompt_len for r in workload.requests)

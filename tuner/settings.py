@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen import Workload, build_workload
 from tuner.errors import TuneError
 from tuner.measure.draws import LevelMix
 from tuner.measure.meter import LevelSettings
 from tuner.search.space import Domain, parse_fix, parse_param
 from tuner.search.starting import Scenario
 from tuner.search.study import SamplerName
-from tuner.targets.base import ReplayPlan
+from tuner.targets.base import ReplayPlan, TargetFacts
 from tuner.targets.factory import TargetOptions
 
 # Defaults sized so that `tune --slo tpot_p99=30ms` on the CPU `tiny` preset ends in under ten
@@ -220,6 +221,14 @@ class TuneSettings:
                              min_requests=self.resolved_min_requests(),
                              mix=LevelMix(self.level_mix),
                              replay=ReplayPlan(timeout_s=self.request_timeout_s))  # fmt: skip
+
+    def request_list(self, facts: TargetFacts) -> Workload:
+        """The seeded request list every level draws from, sized for the target (what `tune`
+        replays, and what a benchmark re-measuring its configs must replay too)."""
+        return build_workload(self.workload, seed=self.workload_seed,
+                              num_requests=self.resolved_num_requests(facts.device),
+                              max_model_len=facts.max_model_len,
+                              vocab_size=facts.vocab_size)  # fmt: skip
 
     def resolved_study_name(self) -> str:
         return self.study_name or f"tune-{self.workload}"
