@@ -20,9 +20,10 @@ against decodes differently from vLLM.
     .venv/bin/python benchmarks/transfer.py [--vllm-command CMD] [--min-requests N]
         [--dtype bfloat16|float32] [--json]
 
-One vLLM start per config (45-75 s on a 2-core CPU); with 320-request levels a run took about
+One vLLM start per config (45-75 s on a 2-core CPU). With 320-request levels a run took about
 45 minutes (`--min-requests 320`, as `benchmarks/results/transfer_mixed_bf16.json` was
-measured). Tune's level since then holds 640, which doubles every level on both engines.
+measured); with the default 640, tune's, 87 minutes, 61 of them on engine_lite
+(`benchmarks/results/transfer_mixed_bf16_640.json`).
 """
 
 from __future__ import annotations
