@@ -140,8 +140,9 @@ async def confirm(
         assert default is not None
         candidates = repooled(candidates, default, run.files, run.mode, s.rate_rps, run.meter.slo,
                               run.meter.rules, same_rate.default_draws, s.seed)  # fmt: skip
+    now = budget.clock()  # one reading, so the phases add up to the elapsed time exactly
     conf = Confirmation(candidates, chosen.trial if chosen else None, same_rate, log.stopped_by,
-                        budget.elapsed_s, display.status.phase_seconds())  # fmt: skip
+                        now - budget.start_s, display.status.phase_seconds(now))  # fmt: skip
     run.files.write_json(CONFIRMATION_FILE, confirmation_json(conf))
     return conf
 

@@ -49,10 +49,13 @@ class RunStatus:
         self._phase_s[self.phase] = self._phase_s.get(self.phase, 0.0) + now - self._phase_start_s
         self.phase, self._phase_start_s = phase, now
 
-    def phase_seconds(self) -> dict[str, float]:
-        """Seconds spent in each phase so far, in the order they were first entered."""
+    def phase_seconds(self, now: float | None = None) -> dict[str, float]:
+        """Seconds spent in each phase up to `now` (the clock's reading when None), in the order
+        they were first entered; a caller that also states the elapsed time passes the same
+        reading, so the phases add up to it exactly."""
         out = dict(self._phase_s)
-        out[self.phase] = out.get(self.phase, 0.0) + self.clock() - self._phase_start_s
+        now = self.clock() if now is None else now
+        out[self.phase] = out.get(self.phase, 0.0) + now - self._phase_start_s
         return out
 
     def time_left_s(self) -> float:
