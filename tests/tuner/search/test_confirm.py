@@ -1,5 +1,6 @@
 """Confirmation on the real engine: a capacity that does not hold again steps down until it does."""
 
+import pytest
 from optuna.trial import TrialState
 
 from engine_lite import EngineConfig
@@ -21,16 +22,17 @@ async def test_an_overstated_capacity_steps_down_to_a_rate_that_holds(tmp_path):
     requests = build_workload("random", num_requests=8, input_len=2048, output_len=8).requests
     rules = rules_for(Mode.CAPACITY, target.facts.require_schedule)
     meter = Meter(target, requests, parse_slo("tpot_p99=500ms"), rules=rules)
-    confirmer = Confirmer(meter, RunFiles(tmp_path), Mode.CAPACITY, step_factor=5.0)
+    # The first step down is the factor's square root: 100 -> 20 req/s, then 20 -> 0.8.
+    confirmer = Confirmer(meter, RunFiles(tmp_path), Mode.CAPACITY, step_factor=25.0)
     try:
         cand = await confirmer.confirm(trial, repeats=1)
     finally:
         await target.close()
     # Eight 2k-token prompts in 0.08 s queue up for most of a second of prefill: 100 req/s
-    # does not hold again; a fifth (or a 25th) of it does, and that is what gets confirmed.
+    # does not hold again; a fifth of it does (or else a 125th), and that is what gets confirmed.
     rates = [run.rate_rps for run in RunFiles(tmp_path).confirm_runs(0)]
     assert rates[0] == 100.0 and len(rates) == cand.repeats >= 2
-    assert cand.clears and cand.confirmed_rps in (20.0, 4.0)
+    assert cand.clears and cand.confirmed_rps in (20.0, 0.8)
     verdict = cand.verdict
     assert verdict.rate_rps == cand.confirmed_rps and verdict.clears
     assert verdict.served_fraction >= 0.85 and all(t.clears for t in verdict.terms)
@@ -47,7 +49,7 @@ async def test_a_searched_config_does_not_step_down_below_a_rival_confirmed_alre
     requests = build_workload("random", num_requests=8, input_len=2048, output_len=8).requests
     rules = rules_for(Mode.CAPACITY, target.facts.require_schedule)
     meter = Meter(target, requests, parse_slo("tpot_p99=500ms"), rules=rules)
-    confirmer = Confirmer(meter, RunFiles(tmp_path), Mode.CAPACITY, step_factor=5.0)
+    confirmer = Confirmer(meter, RunFiles(tmp_path), Mode.CAPACITY, step_factor=25.0)
     try:
         cand = await confirmer.confirm(trial, repeats=1, rivals=[rival])
     finally:
@@ -129,13 +131,14 @@ async def test_a_searched_configs_draw_that_misses_alone_stops_and_the_rate_step
                   LevelSettings(duration_s=4.0, min_requests=20),
                   rules_for(Mode.CAPACITY, require_schedule=False))  # fmt: skip
     files = RunFiles(tmp_path)
-    confirmer = Confirmer(meter, files, Mode.CAPACITY, step_factor=30.0, max_steps_down=1)
+    confirmer = Confirmer(meter, files, Mode.CAPACITY, step_factor=900.0, max_steps_down=1)
     try:
         cand = await confirmer.confirm(trial, repeats=2)
     finally:
         await target.close()
     runs = files.confirm_runs(0)
-    # One draw at 30 req/s, not two: it missed alone, so the rate failed; then 1 req/s.
+    # One draw at 30 req/s, not two: it missed alone, so the rate failed; then 1 req/s (the
+    # first step down divides by the factor's square root).
     assert [run.rate_rps for run in runs] == [30.0, 1.0] and cand.repeats == 2
     first = runs[0]
     assert first.stopped and not runs[1].stopped
@@ -191,3 +194,49 @@ def test_a_reference_stops_stepping_down_once_its_reported_figure_cannot_change(
     thumb = TrialRecord(1, TrialState.COMPLETE, Role.RULE_OF_THUMB, default.knobs, value=19.16,
                         capacity_rps=19.16)  # fmt: skip
     assert not step_wasted(thumb, cand(19.16), 19.16, 16.66, [low_rival])
+
+
+async def test_a_miss_at_the_search_capacity_steps_down_half_a_tolerance_first(tmp_path):
+    """The knee lies between the search's last pass and a tolerance above it, so a re-measure
+    that misses there steps down half the tolerance before a whole one: a capacity just over
+    the true one is stated within about 7% of it, not 15% under, even where a search level a
+    whole tolerance lower clears already."""
+    from tuner.measure.meter import LevelSettings
+    from tuner.targets.synthetic import SyntheticTarget, synthetic_capacity_rps
+
+    target = SyntheticTarget(level_wall_s=0.0)
+    true_rps = synthetic_capacity_rps(target.knobs.defaults)  # TPOT p99 = 30 ms x rate / it
+    requests = build_workload("mixed", num_requests=1000, seed=0, max_model_len=8192,
+                              vocab_size=4096).requests  # fmt: skip
+    # Evenly spaced arrivals, so a level's realized rate is its rate (x n / (n - 1)).
+    settings = LevelSettings(arrival="constant", duration_s=1.0, min_requests=200)
+    meter = Meter(target, requests, parse_slo("tpot_p99=30ms"), settings,
+                  rules_for(Mode.CAPACITY, require_schedule=False))  # fmt: skip
+
+    async def confirmed(claimed: float, number: int, searched: float | None = None):
+        files = RunFiles(tmp_path / str(number))
+        levels = []
+        if searched is not None:  # a search level below the claim, its records on disk
+            run = await meter.level(searched)
+            files.write_records(files.level_path(number, 0), run.records)
+            levels.append(run.level)
+        trial = TrialRecord(number, TrialState.COMPLETE, Role.SEARCH, target.knobs.defaults,
+                            value=claimed, capacity_rps=claimed, levels=levels)  # fmt: skip
+        cand = await Confirmer(meter, files, Mode.CAPACITY, step_factor=1.15).confirm(trial, 1)
+        return [round(run.rate_rps, 3) for run in files.confirm_runs(number)], cand
+
+    claim = 1.05 * true_rps  # 5% over the true capacity: missed, held 7.2% lower
+    half = claim / 1.15**0.5
+    for number, searched in ((1, None), (2, claim / 1.15)):
+        rates, cand = await confirmed(claim, number, searched)
+        assert rates == [round(claim, 3), round(half, 3)], searched
+        assert cand.clears and cand.confirmed_rps == pytest.approx(half)
+    # 12% over: half a step still misses, so the next step is a whole tolerance.
+    claim = 1.12 * true_rps
+    rates, cand = await confirmed(claim, 3)
+    assert rates == [round(claim / 1.15**k, 3) for k in (0, 0.5, 1.5)]
+    assert cand.clears and cand.confirmed_rps == pytest.approx(claim / 1.15**1.5)
+    # There a search level a whole tolerance down cleared already: nothing lower is measured.
+    rates, cand = await confirmed(claim, 4, searched=claim / 1.15)
+    assert rates == [round(claim / 1.15**k, 3) for k in (0, 0.5)]
+    assert cand.confirmed_rps == pytest.approx(claim / 1.15)
