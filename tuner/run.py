@@ -223,7 +223,7 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
                                      max_levels=s.max_levels)  # fmt: skip
     runner = TrialRunner(run.meter, run.space, rate_search, run.files, display, run.mode,
                          s.rate_rps)  # fmt: skip
-    plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps)
+    plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps, s.robust)
     display.set_phase(queued_phase(run.study) if queued_only
                       else f"searching ({s.sampler}, {run.mode.value})")  # fmt: skip
     first_guess_s = 3 * run.meter.expected_level_s(s.rate_rps or start)

@@ -194,7 +194,8 @@ def _goal_allows(run: ScreenedRun, simulator: fidelity.Simulator, budget: Budget
     if goal is None:
         return True
     s = run.settings
-    rest_s = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps).reserve_s(run.study)
+    plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps, s.robust)
+    rest_s = plan.reserve_s(run.study)
     verify_s = VERIFY_LEVELS * run.meter.expected_level_s(rate_rps)
     end_s = budget.elapsed_s + verify_s + rest_s
     if end_s <= goal:

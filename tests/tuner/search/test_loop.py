@@ -1,8 +1,12 @@
-"""The confirmation's reserve grows with what this run's levels have actually cost."""
+"""The confirmation's reserve: what its levels and server starts will take, grown by what this
+run's levels have actually cost."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import optuna
+import pytest
 from optuna.trial import create_trial
 
 from loadgen import RequestSpec
@@ -51,3 +55,32 @@ def test_a_cheap_or_wild_run_keeps_the_reserve_within_bounds() -> None:
     odd = study_with([{"rate_rps": float("inf"), "wall_s": 9.0}, {"rate_rps": 5.0}])
     assert p.cost_factor(odd.get_trials()) == 1.0
     assert p.reserve_s(optuna.create_study()) == REPORT_RESERVE_S
+
+
+def test_a_default_among_the_top_is_kept_back_for_once_not_twice() -> None:
+    """Its own re-measurement and the same-traffic check exclude each other (a config chosen
+    over it cleared above its search capacity, so it is not re-measured there), and share its
+    server start: the reserve holds the dearer of the two. --robust, which re-measures the
+    default whatever beat it, holds both."""
+    start_s = 40.0  # what each server start has cost so far
+    target = SimpleNamespace(starts=[({}, start_s)])
+    meter = Meter(target, REQUESTS, parse_slo("tpot_p99=30ms"),  # type: ignore[arg-type]
+                  LevelSettings(duration_s=8.0, min_requests=20))  # fmt: skip
+    study = study_with([])  # a searched config at 5 req/s
+    default = {"knobs": {"max_num_batched_tokens": 2048}, "role": "default"}
+    study.add_trial(create_trial(value=4.0, params={}, distributions={}, user_attrs=default))
+    level_s = meter.expected_level_s
+    searched, own, same_rate = 2 * level_s(5.0), 2 * level_s(4.0), 2 * level_s(5.0)
+    plain = ConfirmPlan(meter, Mode.CAPACITY, top_k=2, repeats=1)
+    assert plain.reserve_s(study) == pytest.approx(
+        REPORT_RESERVE_S + searched + max(own, same_rate) + 2 * start_s
+    )
+    robust = ConfirmPlan(meter, Mode.CAPACITY, top_k=2, repeats=1, robust=True)
+    assert robust.reserve_s(study) == pytest.approx(
+        REPORT_RESERVE_S + searched + own + same_rate + 3 * start_s
+    )
+    # The default not among the top: the same-traffic check still needs its start.
+    alone = study_with([])
+    assert plain.reserve_s(alone) == pytest.approx(
+        REPORT_RESERVE_S + searched + same_rate + 2 * start_s
+    )

@@ -80,7 +80,7 @@ def verified_run(tmp_path, first, measured_rps, goal_s=None):
         attrs.end_capacity(trial, TrialEnding.CONVERGED, rps, rps * 1.15)
         study.tell(trial, rps)
     settings = SimpleNamespace(trials=100, rel_tol=0.15, top_k=3, repeats=1, rate_rps=None,
-                               resolved_goal_s=lambda: goal_s)  # fmt: skip
+                               robust=False, resolved_goal_s=lambda: goal_s)  # fmt: skip
     budget = SimpleNamespace(fits=lambda s: True, elapsed_s=80.0)
     meter = SimpleNamespace(expected_level_s=lambda rps: 10.0, target=None)
     return SimpleNamespace(
