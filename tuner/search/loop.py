@@ -80,7 +80,7 @@ class ConfirmPlan:
         A default among the top configs counts once: its own confirmation and the same-traffic
         check exclude each other (a config chosen over it cleared above its search capacity, so
         it is not re-measured there, `cannot_win`), and share one server start. Counted twice,
-        a run on vLLM whose default's levels took 70 s kept 620 s back, verified no screened
+        a run on vLLM whose default's levels took 70 s kept 550 s back, verified no screened
         config, and ended with 7 of its 20 minutes unspent. --robust measures both."""
         if self.repeats == 0:
             return REPORT_RESERVE_S
