@@ -93,8 +93,8 @@ class ConfirmPlan:
         own = [levels * level_s(self.rate_rps or t.value or 1.0) for t in top]
         if not capacity:
             return REPORT_RESERVE_S + sum(own) + self.restart_s() * len(top)
-        best_rate = max((t.value or 1.0 for t in top), default=None)
-        same_rate_s = (1 + self.repeats) * level_s(best_rate) * factor if best_rate else 0.0
+        best = max((t.value or 1.0 for t in top), default=0.0)
+        same_rate_s = (1 + self.repeats) * level_s(best) * factor if top else 0.0
         default = [i for i, t in enumerate(top) if attrs.role_of(t) is Role.DEFAULT]
         if default and not self.robust:
             default_s, starts = max(same_rate_s, own.pop(default[0])), len(top)
