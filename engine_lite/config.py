@@ -70,6 +70,9 @@ class EngineConfig:
     dtype: str = "auto"
     attention_backend: str = "auto"
     seed: int = 0
+    # Torch threads on a CPU device; None: all usable cores but one when serving, as vLLM's CPU
+    # worker runs (`engine_lite.defaults.cpu_threads`), torch's own count offline.
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         self.policy = _parse_policy(self.policy)
@@ -139,6 +142,7 @@ class EngineConfig:
             "block_size",
             "num_gpu_blocks_override",
             "max_model_len",
+            "cpu_threads",
         ):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)

@@ -97,3 +97,22 @@ def resolve_batch_limits(
     if max_num_seqs is None:
         seqs = min(seqs, tokens)
     return tokens, seqs
+
+
+def cpu_threads(requested: int | None, usage: UsageContext, usable_cores: int) -> int | None:
+    """Torch's intra-op threads on a CPU device; None leaves torch's own count.
+
+    Serving, vLLM 0.32's CPU worker binds its OpenMP threads to all usable cores but one, which
+    it reserves for the API server and the engine core (`VLLM_CPU_NUM_OF_RESERVED_CPU`, its log:
+    "reserved_cpus=[1]" on 2 cores, "Reducing Torch threads from 2 to 1 for serving"). The same
+    layout here leaves a core to the serving path, the streams and a client in this process:
+    with both cores in the forward on a 2-core CPU, every step's ops waited on a second thread
+    the client kept busy, and a `tiny` decode step under load took twice as long (TPOT median
+    5.4-7.2 ms against 3.0-3.3 ms with one thread, `mixed` at 6 req/s). Offline nothing else
+    runs beside the steps, so the `LLM` class leaves the process's count as it is.
+    """
+    if requested is not None:
+        return requested
+    if usage is UsageContext.SERVER:
+        return max(1, usable_cores - 1)
+    return None

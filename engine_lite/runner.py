@@ -7,6 +7,7 @@ so the step's host overhead stays small next to the forward pass even with hundr
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import torch
 from engine_lite.attention import StepBatch, create_backend, default_block_size, resolve_backend
 from engine_lite.attention.kv_cache import allocate_kv_cache, num_kv_blocks
 from engine_lite.config import EngineConfig
-from engine_lite.defaults import CPU_DEVICE, DeviceInfo, UsageContext
+from engine_lite.defaults import CPU_DEVICE, DeviceInfo, UsageContext, cpu_threads
 from engine_lite.errors import EngineLiteError
 from engine_lite.models import ModelConfig, build_model, resolve_model
 from engine_lite.request import Request
@@ -47,8 +48,10 @@ class ModelRunner:
         self.dtype = _DTYPES.get(config.dtype) or (
             torch.bfloat16 if self.device.type == "cuda" else torch.float32
         )
+        self.cpu_threads: int | None = None  # torch threads on a CPU device
         if self.device.type == "cpu":
             keep_freed_memory()
+            self.cpu_threads = set_cpu_threads(config.cpu_threads, usage)
         source = resolve_model(config.model)
         self.model_config: ModelConfig = source.config
         self.attention_backend = resolve_backend(
@@ -195,6 +198,15 @@ def keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
     libc.mallopt(m_mmap_threshold, 1 << 30)
     libc.mallopt(m_trim_threshold, 1 << 30)
+
+
+def set_cpu_threads(requested: int | None, usage: UsageContext) -> int:
+    """Sets torch's intra-op threads for a CPU engine (process-wide: offline, with none asked,
+    the count stays whatever the process has); returns the count in force."""
+    threads = cpu_threads(requested, usage, len(os.sched_getaffinity(0)))
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def describe_device(device: torch.device) -> DeviceInfo:

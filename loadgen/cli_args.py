@@ -21,6 +21,7 @@ ENGINE_INT_FLAGS = (
     "long_prefill_token_threshold",
     "block_size",
     "num_gpu_blocks_override",
+    "cpu_threads",
 )
 ENGINE_OTHER_FLAGS = (
     "enable_chunked_prefill",
@@ -40,6 +41,7 @@ _ENGINE_HELP = {
     "long_prefill_token_threshold": "most prompt tokens per request per step (0 = off)",
     "block_size": "tokens per KV block",
     "num_gpu_blocks_override": "KV cache size in blocks",
+    "cpu_threads": "torch threads on a CPU (default: all usable cores but one, as vLLM serves)",
 }
 
 

@@ -29,6 +29,7 @@ ENGINE_FIELDS = (
     "dtype",
     "attention_backend",
     "seed",
+    "cpu_threads",
 )
 
 
@@ -119,6 +120,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
     g.add_argument("--attention-backend", choices=["auto", "torch", "flash"])
     g.add_argument("--seed", type=_INT0, help="seed of a preset's random weights")
+    g.add_argument(
+        "--cpu-threads",
+        type=_INT1,
+        help="torch threads on a CPU (default: all usable cores but one, left to the serving "
+        "path, as vLLM's CPU worker reserves one)",
+    )
 
 
 def config_from_args(ns: argparse.Namespace) -> EngineConfig:

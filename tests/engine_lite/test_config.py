@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from engine_lite import EngineConfig, EngineLiteError, Policy, SamplingParams
-from engine_lite.defaults import CPU_DEVICE, GIB, DeviceInfo, UsageContext
+from engine_lite.defaults import CPU_DEVICE, GIB, DeviceInfo, UsageContext, cpu_threads
 
 
 def test_unset_limits_wait_for_the_device_and_the_rest_are_vllm_defaults():
@@ -60,6 +60,21 @@ def test_unset_limits_take_vllm_032s_row_for_the_device(device, usage, row, limi
     assert "vLLM 0.32" in defaults.describe()
 
 
+@pytest.mark.parametrize(
+    "requested, usage, cores, threads",
+    [
+        (None, UsageContext.SERVER, 2, 1),  # vLLM 0.32 on 2 cores: reserved_cpus=[1]
+        (None, UsageContext.SERVER, 16, 15),
+        (None, UsageContext.SERVER, 1, 1),  # never fewer than one
+        (None, UsageContext.OFFLINE, 16, None),  # offline: the process's count stands
+        (4, UsageContext.SERVER, 2, 4),  # what the user asked wins
+        (3, UsageContext.OFFLINE, 16, 3),
+    ],
+)
+def test_a_serving_cpu_engine_leaves_one_core_to_the_serving_path(requested, usage, cores, threads):
+    assert cpu_threads(requested, usage, cores) == threads
+
+
 def test_resolution_keeps_what_the_user_set_and_clamps_like_vllm():
     # A budget set alone pulls the default sequence limit down to it (vLLM arg_utils).
     cfg, _ = EngineConfig(max_num_batched_tokens=64).resolved(CPU_DEVICE, 8192)
@@ -108,6 +123,7 @@ def test_policy_string_becomes_enum_and_replace_revalidates():
         ({"device": "tpu"}, "device='tpu'"),
         ({"dtype": "int8"}, "dtype='int8'"),
         ({"attention_backend": "xformers"}, "attention_backend='xformers'"),
+        ({"cpu_threads": 0}, "cpu_threads=0"),
         ({"block_size": 0}, "block_size=0"),
         ({"num_gpu_blocks_override": 0}, "num_gpu_blocks_override=0"),
         ({"max_num_seqs": True}, "max_num_seqs=True"),
