@@ -23,7 +23,9 @@ against decodes differently from vLLM.
 One vLLM start per config (45-75 s on a 2-core CPU). With 320-request levels a run took about
 45 minutes (`--min-requests 320`, as `benchmarks/results/transfer_mixed_bf16.json` was
 measured); with the default 640, tune's, 87 minutes, 61 of them on engine_lite
-(`benchmarks/results/transfer_mixed_bf16_640.json`).
+(`benchmarks/results/transfer_mixed_bf16_640.json`). Since a serving engine_lite leaves a core
+to the serving path as vLLM does, 35 minutes at 320
+(`benchmarks/results/transfer_mixed_bf16_320_cpu_threads.json`).
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ class EngineConfig:
     dtype: str = "auto"
     attention_backend: str = "auto"
     seed: int = 0
-    # Torch threads on a CPU device; None: all usable cores but one when serving, as vLLM's CPU
-    # worker runs (`engine_lite.defaults.cpu_threads`), torch's own count offline.
+    # Torch threads on a CPU device; None: all usable cores but one when serving in bfloat16 or
+    # float16, as vLLM's CPU worker runs; the process's count otherwise (`defaults.cpu_threads`).
     cpu_threads: int | None = None
 
     def __post_init__(self) -> None:

@@ -99,20 +99,26 @@ def resolve_batch_limits(
     return tokens, seqs
 
 
-def cpu_threads(requested: int | None, usage: UsageContext, usable_cores: int) -> int | None:
-    """Torch's intra-op threads on a CPU device; None leaves torch's own count.
+def cpu_threads(
+    requested: int | None, usage: UsageContext, usable_cores: int, half_precision: bool
+) -> int | None:
+    """Torch's intra-op threads on a CPU device; None leaves the process's count.
 
-    Serving, vLLM 0.32's CPU worker binds its OpenMP threads to all usable cores but one, which
-    it reserves for the API server and the engine core (`VLLM_CPU_NUM_OF_RESERVED_CPU`, its log:
-    "reserved_cpus=[1]" on 2 cores, "Reducing Torch threads from 2 to 1 for serving"). The same
-    layout here leaves a core to the serving path, the streams and a client in this process:
-    with both cores in the forward on a 2-core CPU, every step's ops waited on a second thread
-    the client kept busy, and a `tiny` decode step under load took twice as long (TPOT median
-    5.4-7.2 ms against 3.0-3.3 ms with one thread, `mixed` at 6 req/s). Offline nothing else
-    runs beside the steps, so the `LLM` class leaves the process's count as it is.
+    Serving in bfloat16 or float16, what vLLM 0.32 runs on a CPU (a float32 checkpoint in
+    bfloat16), the engine takes vLLM's layout: its CPU worker binds OpenMP threads to all usable
+    cores but one, which it reserves for the API server and the engine core (its log on 2 cores:
+    "reserved_cpus=[1]", "Reducing Torch threads from 2 to 1 for serving"). The layout changes
+    which budget wins, so a stand-in for vLLM must run it: on a 2-core AMX CPU (`tiny`,
+    bfloat16, `mixed`) one thread took TPOT median from 5.4-7.2 ms to 3.0-3.3 ms, the free core
+    taking the client's event loop instead of holding up every op, while the default's long
+    prefills ran slower (TTFT p99 0.41-0.59 s against 0.25-0.29 s); the built-in engine's
+    ranking of six budgets then followed vLLM's (Spearman 0.78, from 0.23-0.25).
+    In float32, the built-in engine's CPU default and not what vLLM serves by default, one
+    thread doubled the tail (TPOT p99 42.7-51.1 ms against 18.5-28.9, TTFT p99 1.04-1.08 s
+    against 0.43-0.49 s), so it keeps the process's count, as does the offline `LLM` class.
     """
     if requested is not None:
         return requested
-    if usage is UsageContext.SERVER:
+    if usage is UsageContext.SERVER and half_precision:
         return max(1, usable_cores - 1)
     return None

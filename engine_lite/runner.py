@@ -51,7 +51,8 @@ class ModelRunner:
         self.cpu_threads: int | None = None  # torch threads on a CPU device
         if self.device.type == "cpu":
             keep_freed_memory()
-            self.cpu_threads = set_cpu_threads(config.cpu_threads, usage)
+            half = self.dtype in (torch.bfloat16, torch.float16)
+            self.cpu_threads = set_cpu_threads(config.cpu_threads, usage, half)
         source = resolve_model(config.model)
         self.model_config: ModelConfig = source.config
         self.attention_backend = resolve_backend(
@@ -200,10 +201,10 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_trim_threshold, 1 << 30)
 
 
-def set_cpu_threads(requested: int | None, usage: UsageContext) -> int:
-    """Sets torch's intra-op threads for a CPU engine (process-wide: offline, with none asked,
-    the count stays whatever the process has); returns the count in force."""
-    threads = cpu_threads(requested, usage, len(os.sched_getaffinity(0)))
+def set_cpu_threads(requested: int | None, usage: UsageContext, half_precision: bool) -> int:
+    """Sets torch's intra-op threads for a CPU engine (process-wide; where none is asked and
+    none is chosen the count stays whatever the process has); returns the count in force."""
+    threads = cpu_threads(requested, usage, len(os.sched_getaffinity(0)), half_precision)
     if threads is not None:
         torch.set_num_threads(threads)
     return torch.get_num_threads()

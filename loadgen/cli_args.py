@@ -41,7 +41,8 @@ _ENGINE_HELP = {
     "long_prefill_token_threshold": "most prompt tokens per request per step (0 = off)",
     "block_size": "tokens per KV block",
     "num_gpu_blocks_override": "KV cache size in blocks",
-    "cpu_threads": "torch threads on a CPU (default: all usable cores but one, as vLLM serves)",
+    "cpu_threads": "torch threads on a CPU (default: all usable cores but one in bfloat16, "
+    "as vLLM serves; torch's count in float32)",
 }
 
 

@@ -123,8 +123,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--cpu-threads",
         type=_INT1,
-        help="torch threads on a CPU (default: all usable cores but one, left to the serving "
-        "path, as vLLM's CPU worker reserves one)",
+        help="torch threads on a CPU (default: in bfloat16 or float16 all usable cores but "
+        "one, left to the serving path as vLLM's CPU worker does; in float32 torch's count)",
     )
 
 

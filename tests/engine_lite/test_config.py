@@ -61,18 +61,21 @@ def test_unset_limits_take_vllm_032s_row_for_the_device(device, usage, row, limi
 
 
 @pytest.mark.parametrize(
-    "requested, usage, cores, threads",
+    "requested, usage, cores, half, threads",
     [
-        (None, UsageContext.SERVER, 2, 1),  # vLLM 0.32 on 2 cores: reserved_cpus=[1]
-        (None, UsageContext.SERVER, 16, 15),
-        (None, UsageContext.SERVER, 1, 1),  # never fewer than one
-        (None, UsageContext.OFFLINE, 16, None),  # offline: the process's count stands
-        (4, UsageContext.SERVER, 2, 4),  # what the user asked wins
-        (3, UsageContext.OFFLINE, 16, 3),
+        (None, UsageContext.SERVER, 2, True, 1),  # vLLM 0.32 on 2 cores: reserved_cpus=[1]
+        (None, UsageContext.SERVER, 16, True, 15),
+        (None, UsageContext.SERVER, 1, True, 1),  # never fewer than one
+        (None, UsageContext.SERVER, 2, False, None),  # float32: the prefill needs both cores
+        (None, UsageContext.OFFLINE, 16, True, None),  # offline: the process's count stands
+        (4, UsageContext.SERVER, 2, True, 4),  # what the user asked wins
+        (3, UsageContext.OFFLINE, 16, False, 3),
     ],
 )
-def test_a_serving_cpu_engine_leaves_one_core_to_the_serving_path(requested, usage, cores, threads):
-    assert cpu_threads(requested, usage, cores) == threads
+def test_a_serving_cpu_engine_in_half_precision_leaves_a_core_to_the_serving_path(
+    requested, usage, cores, half, threads
+):
+    assert cpu_threads(requested, usage, cores, half) == threads
 
 
 def test_resolution_keeps_what_the_user_set_and_clamps_like_vllm():

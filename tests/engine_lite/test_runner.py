@@ -167,23 +167,23 @@ def test_kv_cache_sizes() -> None:
     assert capped.num_kv_blocks == 2 * 1024 // 16
 
 
-def test_a_serving_runner_leaves_a_core_to_the_serving_path_and_offline_keeps_the_count() -> None:
+def test_a_serving_runner_in_bfloat16_leaves_a_core_to_the_serving_path() -> None:
     import os
 
     from engine_lite.defaults import UsageContext
 
     before = torch.get_num_threads()
+    small = {"device": "cpu", "max_model_len": 256}
     try:
         torch.set_num_threads(2)
-        offline = ModelRunner(EngineConfig(device="cpu", max_model_len=256), UsageContext.OFFLINE)
+        offline = ModelRunner(EngineConfig(dtype="bfloat16", **small), UsageContext.OFFLINE)
         assert offline.cpu_threads == torch.get_num_threads() == 2
-        serving = ModelRunner(EngineConfig(device="cpu", max_model_len=256))
-        assert (
-            serving.cpu_threads
-            == torch.get_num_threads()
-            == max(1, len(os.sched_getaffinity(0)) - 1)
-        )
-        asked = ModelRunner(EngineConfig(device="cpu", max_model_len=256, cpu_threads=3))
+        fp32 = ModelRunner(EngineConfig(dtype="float32", **small))
+        assert fp32.cpu_threads == torch.get_num_threads() == 2
+        serving = ModelRunner(EngineConfig(dtype="bfloat16", **small))
+        cores = len(os.sched_getaffinity(0))
+        assert serving.cpu_threads == torch.get_num_threads() == max(1, cores - 1)
+        asked = ModelRunner(EngineConfig(cpu_threads=3, **small))
         assert asked.cpu_threads == torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
