@@ -3,12 +3,14 @@
 Mirrors `EngineArgs.get_batch_defaults` and `_set_default_max_num_seqs_and_batched_tokens_args`
 (vllm/engine/arg_utils.py, 0.32): the token budget and sequence limit depend on the device and
 on whether the engine serves (the OpenAI server) or runs offline (the `LLM` class). Pure: the
-device is described by the caller.
+device is described by the caller. So are the CPU threads a serving engine takes, but for
+`usable_cores`, which asks the OS.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 GIB = 1 << 30
@@ -122,3 +124,11 @@ def cpu_threads(
     if usage is UsageContext.SERVER and half_precision:
         return max(1, usable_cores - 1)
     return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity on Linux, the machine's elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

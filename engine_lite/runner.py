@@ -7,7 +7,6 @@ so the step's host overhead stays small next to the forward pass even with hundr
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import torch
 from engine_lite.attention import StepBatch, create_backend, default_block_size, resolve_backend
 from engine_lite.attention.kv_cache import allocate_kv_cache, num_kv_blocks
 from engine_lite.config import EngineConfig
-from engine_lite.defaults import CPU_DEVICE, DeviceInfo, UsageContext, cpu_threads
+from engine_lite.defaults import CPU_DEVICE, DeviceInfo, UsageContext, cpu_threads, usable_cores
 from engine_lite.errors import EngineLiteError
 from engine_lite.models import ModelConfig, build_model, resolve_model
 from engine_lite.request import Request
@@ -204,7 +203,7 @@ def keep_freed_memory() -> None:
 def set_cpu_threads(requested: int | None, usage: UsageContext, half_precision: bool) -> int:
     """Sets torch's intra-op threads for a CPU engine (process-wide; where none is asked and
     none is chosen the count stays whatever the process has); returns the count in force."""
-    threads = cpu_threads(requested, usage, len(os.sched_getaffinity(0)), half_precision)
+    threads = cpu_threads(requested, usage, usable_cores(), half_precision)
     if threads is not None:
         torch.set_num_threads(threads)
     return torch.get_num_threads()

@@ -10,6 +10,7 @@ import torch
 
 from engine_lite import EngineConfig, EngineLiteError, SamplingParams
 from engine_lite.attention.kv_cache import GIB, bytes_per_block
+from engine_lite.defaults import UsageContext, usable_cores
 from engine_lite.request import Request
 from engine_lite.runner import ModelRunner
 from engine_lite.sampler import Sampler
@@ -168,10 +169,6 @@ def test_kv_cache_sizes() -> None:
 
 
 def test_a_serving_runner_in_bfloat16_leaves_a_core_to_the_serving_path() -> None:
-    import os
-
-    from engine_lite.defaults import UsageContext
-
     before = torch.get_num_threads()
     small = {"device": "cpu", "max_model_len": 256}
     try:
@@ -181,8 +178,7 @@ def test_a_serving_runner_in_bfloat16_leaves_a_core_to_the_serving_path() -> Non
         fp32 = ModelRunner(EngineConfig(dtype="float32", **small))
         assert fp32.cpu_threads == torch.get_num_threads() == 2
         serving = ModelRunner(EngineConfig(dtype="bfloat16", **small))
-        cores = len(os.sched_getaffinity(0))
-        assert serving.cpu_threads == torch.get_num_threads() == max(1, cores - 1)
+        assert serving.cpu_threads == torch.get_num_threads() == max(1, usable_cores() - 1)
         asked = ModelRunner(EngineConfig(cpu_threads=3, **small))
         assert asked.cpu_threads == torch.get_num_threads() == 3
     finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_lite import Policy
+from engine_lite.defaults import usable_cores
 from tuner.measure.meter import Meter
 from tuner.measure.ratesearch import RateSearchSettings
 from tuner.search.space import BUDGET, THRESHOLD, Choices, IntRange, SearchSpace
@@ -202,14 +202,7 @@ def _processes(tasks: int, workers: int | None) -> int:
     """How many processes `tasks` independent tasks go to (1: this one, where fork is absent)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    return min(tasks, workers if workers is not None else _cores())
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return min(tasks, workers if workers is not None else usable_cores())
 
 
 def _restart(settings: RateSearchSettings, rate: float) -> RateSearchSettings:
