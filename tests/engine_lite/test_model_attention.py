@@ -31,9 +31,16 @@ def reference_attention(
 
 
 def run_case(
-    entries: list[tuple[int, int]], block_size: int, window: int | None = None, seed: int = 0
+    entries: list[tuple[int, int]],
+    block_size: int,
+    window: int | None = None,
+    seed: int = 0,
+    split: bool = True,
 ) -> None:
-    """entries: (tokens already cached, tokens this step) per sequence, in batch order."""
+    """entries: (tokens already cached, tokens this step) per sequence, in batch order.
+
+    split=False attends a chunk after a cached prefix under its explicit mask, the path a GPU
+    and a sliding window take, instead of in two parts."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     num_blocks = sum(-(-(c + n) // block_size) for c, n in entries) + 3
@@ -43,6 +50,8 @@ def run_case(
     backend = TorchPagedAttention(
         HEADS, KV_HEADS, HEAD_DIM, block_size, torch.device("cpu"), sliding_window=window
     )
+    assert backend.split_chunks, "this torch lacks the CPU flash kernel the split path calls"
+    backend.split_chunks = split
     tables, seqs, slots = [], [], []
     for computed, n in entries:
         total = computed + n
@@ -74,17 +83,54 @@ def run_case(
         row += n
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "masked"])
 @pytest.mark.parametrize("block_size", [16, 4])
-def test_mixed_batch_matches_full_attention(block_size: int) -> None:
+def test_mixed_batch_matches_full_attention(block_size: int, split: bool) -> None:
     # decodes of very different contexts (several decode groups, out of order), a chunk in the
     # middle of its sequence, a fresh prefill, a final chunk and a 1-token prompt
     entries = [(40, 1), (100, 33), (3, 1), (0, 29), (511, 1), (60, 1), (0, 1), (17, 5), (64, 1)]
-    run_case(entries, block_size)
+    run_case(entries, block_size, split=split)
 
 
-def test_chunk_mid_sequence_uses_bottom_right_causal_mask() -> None:
+@pytest.mark.parametrize("split", [True, False], ids=["split", "masked"])
+def test_chunk_mid_sequence_uses_bottom_right_causal_mask(split: bool) -> None:
     # SDPA's is_causal would let query 0 of this chunk see only key 0; it must see keys 0..50.
-    run_case([(50, 20)], block_size=16)
+    run_case([(50, 20)], block_size=16, split=split)
+
+
+@pytest.mark.parametrize("prefix", [1, 7, 300])
+def test_chunk_after_a_prefix_of_any_length(prefix: int) -> None:
+    # a one-token prefix, one inside the first block, and a long one; one row and longer chunks
+    run_case([(prefix, 1), (prefix, 9), (prefix, 64)], block_size=8)
+
+
+def test_split_chunk_in_bfloat16_matches_the_masked_path() -> None:
+    gen = torch.Generator().manual_seed(3)
+    block, cached, n = 16, 200, 48
+    blocks = -(-(cached + n) // block)
+    k_cache = torch.randn(blocks, block, KV_HEADS, HEAD_DIM, generator=gen).bfloat16()
+    v_cache = torch.randn(blocks, block, KV_HEADS, HEAD_DIM, generator=gen).bfloat16()
+    q = torch.randn(n, HEADS, HEAD_DIM, generator=gen).bfloat16()
+    pos = np.arange(cached, cached + n)
+    k = k_cache.flatten(0, 1)[pos].clone()  # the chunk's own keys, already in their slots
+    v = v_cache.flatten(0, 1)[pos].clone()
+    batch = StepBatch(
+        query_lens=np.array([n]),
+        computed_lens=np.array([cached]),
+        block_tables=np.arange(blocks, dtype=np.int32)[None],
+        slot_mapping=pos.astype(np.int64),
+    )
+    outs = []
+    for split in (True, False):
+        backend = TorchPagedAttention(
+            HEADS, KV_HEADS, HEAD_DIM, block, torch.device("cpu"), dtype=torch.bfloat16
+        )
+        backend.split_chunks = split
+        meta = backend.prepare_metadata(batch)
+        assert [c.split for c in meta.prefill_chunks] == [split]
+        outs.append(backend.forward(q, k, v, k_cache, v_cache, meta))
+    assert outs[0].dtype == torch.bfloat16
+    torch.testing.assert_close(outs[0].float(), outs[1].float(), atol=2e-2, rtol=2e-2)
 
 
 def test_pure_decode_batch_of_equal_lengths() -> None:
