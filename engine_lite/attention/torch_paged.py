@@ -9,13 +9,14 @@ A later chunk needs a bottom-right causal mask, because SDPA's `is_causal` align
 CPU it is attended in two unmasked parts instead, merged by their log-sum-exps: the whole cached
 prefix, and its own keys under `is_causal` (see `_attend_split`). A mask of [chunk, context] cost
 about 9 ms to build for a 2048-token chunk at 4096 positions, and the masked kernel took 1.4x the
-split's time (`benchmarks/chunk_attention.py`). With a sliding window, or off a CPU, the chunk
-keeps the explicit mask.
+split's time (`benchmarks/chunk_attention.py`). Off a CPU, or where a sliding window cuts the
+prefix, the chunk keeps the explicit mask.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,8 +63,8 @@ class TorchPagedAttention(AttentionBackend):
 
     name = "torch"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         # The CPU flash kernel that SDPA runs, called directly for its log-sum-exp.
         self.flash_cpu = getattr(
             torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None
@@ -133,8 +134,9 @@ class TorchPagedAttention(AttentionBackend):
         fresh = ctx_len == n
         if fresh and (window is None or window >= n):
             return PrefillChunk(start, end, ctx_len, block_ids=None, mask=None)
-        if not fresh and window is None and self.split_chunks:
-            # only the prefix is read from the cache; the chunk's own keys are fresh
+        if not fresh and (window is None or window >= ctx_len) and self.split_chunks:
+            # Every query sees the whole prefix (a window this wide cuts nothing). Only the
+            # prefix is read from the cache; the chunk's own keys are fresh.
             prefix_blocks = -(-(ctx_len - n) // self.block_size)
             ids = torch.from_numpy(batch.block_tables[i, :prefix_blocks].astype(np.int64))
             return PrefillChunk(start, end, ctx_len, ids.to(self.device), None, split=True)

@@ -142,9 +142,11 @@ def test_chunks_that_split_a_block() -> None:
     run_case([(13, 10), (5, 3), (8, 8)], block_size=8)
 
 
-def test_sliding_window_limits_keys() -> None:
-    entries = [(30, 1), (0, 40), (25, 12), (6, 1)]
-    run_case(entries, block_size=8, window=16)
+@pytest.mark.parametrize("split", [True, False], ids=["split", "masked"])
+def test_sliding_window_limits_keys(split: bool) -> None:
+    # (5, 3) ends inside the window, so the split path may take it; (25, 12) may not
+    entries = [(30, 1), (0, 40), (25, 12), (6, 1), (5, 3)]
+    run_case(entries, block_size=8, window=16, split=split)
 
 
 def test_kv_written_to_its_slots() -> None:
