@@ -26,6 +26,9 @@ measured); with the default 640, tune's, 87 minutes, 61 of them on engine_lite
 (`benchmarks/results/transfer_mixed_bf16_640.json`). Since a serving engine_lite leaves a core
 to the serving path as vLLM does, 35 minutes at 320
 (`benchmarks/results/transfer_mixed_bf16_320_cpu_threads.json`).
+
+One run is one draw: `benchmarks/transfer_pool.py` pools several runs' `--json` results into
+medians, and scores vLLM's runs against each other.
 """
 
 from __future__ import annotations
