@@ -3,7 +3,9 @@
 One run measures each config's capacity once per engine, and on a shared 2-core CPU one
 capacity search moves by a capacity step or two between runs. So a run's rank correlation says
 as much about that run's draw as about the built-in engine. This pools runs of the same
-settings: each config's median capacity on each engine, the rank correlation of the medians,
+settings: each config's median capacity on each engine, the rank correlation of the medians
+(raw, and with each run scaled by its geometric mean, which takes out a machine that ran slower
+through a whole run),
 the built-in engine's pick on vLLM's medians, and the ceiling any predictor faces: how well one
 vLLM run ranks the configs as another vLLM run does (every pair), and as the median of the
 other runs does.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -67,9 +70,21 @@ def medians(rows: list[list[float]]) -> list[float]:
     return [statistics.median(values) for values in zip(*rows, strict=True)]
 
 
+def relative(rows: list[list[float]]) -> list[list[float]]:
+    """Each run's capacities over that run's geometric mean. The machine's speed drifts between
+    runs (three runs in a row read every built-in config 20-70% lower in the last than in the
+    first), and a raw median then takes each config from whichever run was in the middle."""
+    out = []
+    for row in rows:
+        scale = math.exp(statistics.mean(math.log(max(x, 1e-9)) for x in row))
+        out.append([x / scale for x in row])
+    return out
+
+
 def pool(runs: list[dict[str, Any]], vllm_only: list[dict[str, Any]]) -> dict[str, Any]:
     ours, theirs = column(runs, "engine_lite_rps"), column(runs + vllm_only, "vllm_rps")
     ours_med, theirs_med = medians(ours), medians(theirs)
+    theirs_rel = medians(relative(theirs))
     pick = max(range(len(ours_med)), key=lambda i: ours_med[i])
     pairs = [spearman(a, b) for a, b in itertools.combinations(theirs, 2)]
     leave_one_out = [spearman(run, medians(theirs[:i] + theirs[i + 1 :]))
@@ -89,9 +104,13 @@ def pool(runs: list[dict[str, Any]], vllm_only: list[dict[str, Any]]) -> dict[st
         **{key: runs[0][key] for key in SAME},
         "configs": rows,
         "spearman_of_medians": spearman(ours_med, theirs_med),
+        "spearman_of_relative_medians": spearman(
+            medians(relative(ours)), medians(relative(theirs))
+        ),
         "spearman_per_run": [r["spearman"] for r in runs],
         "engine_lite_pick": configs[pick],
         "pick_vs_best_median": theirs_med[pick] / max(theirs_med),
+        "pick_vs_best_relative_median": theirs_rel[pick] / max(theirs_rel),
         "vllm_vs_vllm": own,
     }
 
@@ -115,9 +134,12 @@ def main() -> None:
         print(f"{json.dumps(row['config']):70} engine_lite {row['engine_lite_median_rps']:6.2f}  "
               f"vLLM {row['vllm_median_rps']:6.2f} ({low:.2f}-{high:.2f})")  # fmt: skip
     per_run = ", ".join(f"{s:.2f}" for s in result["spearman_per_run"])
-    print(f"Spearman of the medians: {result['spearman_of_medians']:.2f} (each run: {per_run})")
+    print(f"Spearman of the medians: {result['spearman_of_medians']:.2f}, of the medians relative "
+          f"to each run's mean: {result['spearman_of_relative_medians']:.2f} "
+          f"(each run: {per_run})")  # fmt: skip
     print(f"engine_lite's pick {json.dumps(result['engine_lite_pick'])}: "
-          f"{result['pick_vs_best_median']:.0%} of vLLM's best median")  # fmt: skip
+          f"{result['pick_vs_best_median']:.0%} of vLLM's best median, "
+          f"{result['pick_vs_best_relative_median']:.0%} relative to each run's mean")  # fmt: skip
     own = result["vllm_vs_vllm"]
     if own["pairs"]:
         pairs = ", ".join(f"{s:.2f}" for s in own["pairs"])

@@ -37,12 +37,25 @@ def test_medians_rank_the_configs_and_vllm_is_scored_against_itself(tmp_path):
     assert [r["vllm_median_rps"] for r in out["configs"]] == [28, 20, 10]
     assert out["configs"][0]["vllm_range_rps"] == [20, 30]
     assert out["spearman_of_medians"] == 1.0  # the medians agree though run b alone does not
+    assert out["spearman_of_relative_medians"] == 1.0
     assert out["engine_lite_pick"] == CONFIGS[0] and out["pick_vs_best_median"] == 1.0
     pairs = out["vllm_vs_vllm"]["pairs"]  # a-b, a-c, b-c
     assert [round(p, 2) for p in pairs] == [0.5, 1.0, 0.5]
     assert len(out["vllm_vs_vllm"]["each_vs_median_of_others"]) == 3
     text = pool(a, b, "--vllm-only", c)
     assert "Spearman of the medians: 1.00" in text.stdout
+
+
+def test_a_run_on_a_slower_machine_does_not_pick_the_medians(tmp_path):
+    # Run c is the same ranking as a, all at half speed; raw medians then take configs 0 and 1
+    # from b, whose order is swapped; relative to each run's mean, a and c outvote b.
+    a = result(tmp_path, "a.json", [10, 8, 4], [30, 20, 10])
+    b = result(tmp_path, "b.json", [8, 10, 4], [30, 20, 10])
+    c = result(tmp_path, "c.json", [5, 4, 2], [30, 20, 10])
+    out = json.loads(pool(a, b, c, "--json").stdout)
+    assert [r["engine_lite_median_rps"] for r in out["configs"]] == [8, 8, 4]
+    assert out["spearman_of_medians"] < 1.0
+    assert out["spearman_of_relative_medians"] == 1.0
 
 
 def test_runs_of_different_settings_are_refused_in_one_line(tmp_path):
