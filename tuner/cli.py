@@ -197,6 +197,9 @@ def resume_settings(args: argparse.Namespace) -> TuneSettings:
     """The run's saved settings, with the budget and trial count it saved unless given again."""
     from tuner.store.runfiles import RUN_FILE, RunFiles
 
+    # A folder that holds no run is the first thing to say: no flag could make it resume.
+    files = RunFiles(Path(args.resume))
+    saved: dict[str, Any] = {**files.read_run_info()["settings"], "run_dir": args.resume}
     defaults = vars(build_parser().parse_args([]))
     given = vars(args).items()
     changed = sorted(k for k, v in given if k not in _RESUME_FLAGS and v != defaults[k])
@@ -205,8 +208,6 @@ def resume_settings(args: argparse.Namespace) -> TuneSettings:
             f"--{changed[0].replace('_', '-')} cannot change on --resume: the run keeps the "
             "settings it was started with; only --trials and --time-budget may be given again"
         )
-    files = RunFiles(Path(args.resume))
-    saved: dict[str, Any] = {**files.read_run_info()["settings"], "run_dir": args.resume}
     try:
         settings = TuneSettings.from_json(saved)
     except (TuneError, TypeError) as exc:

@@ -105,6 +105,14 @@ def test_a_resume_refuses_flags_that_would_change_the_run(tmp_path, capsys):
     )
 
 
+def test_a_resume_of_a_folder_without_a_run_says_so_before_any_flag(tmp_path, capsys):
+    # Told about --slo first, a user would drop it and only then learn the folder is wrong.
+    assert main(["--resume", str(tmp_path / "gone"), "--slo", "tpot_p99=20ms"]) == 2
+    assert one_error_line(capsys) == (
+        f"error: {tmp_path / 'gone'} has no run.json; pass the folder a tune run wrote"
+    )
+
+
 async def test_the_progress_names_the_run_folder_first(tmp_path, sim_target, fake_clock, capsys):
     settings = TuneSettings(slo="tpot_p99=30ms", num_requests=40, level_s=1.0, trials=3,
                             start_rps=4.0, top_k=1, run_dir=str(tmp_path / "run"),
