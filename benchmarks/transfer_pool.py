@@ -104,9 +104,7 @@ def pool(runs: list[dict[str, Any]], vllm_only: list[dict[str, Any]]) -> dict[st
         **{key: runs[0][key] for key in SAME},
         "configs": rows,
         "spearman_of_medians": spearman(ours_med, theirs_med),
-        "spearman_of_relative_medians": spearman(
-            medians(relative(ours)), medians(relative(theirs))
-        ),
+        "spearman_of_relative_medians": spearman(medians(relative(ours)), theirs_rel),
         "spearman_per_run": [r["spearman"] for r in runs],
         "engine_lite_pick": configs[pick],
         "pick_vs_best_median": theirs_med[pick] / max(theirs_med),

@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transfer import SLO, meter_for, search_from
+from vllm_side_by_side import described
 
 from tuner.measure.verdict import LevelVerdict
 from tuner.settings import MIN_REQUESTS_PER_LEVEL_VLLM
@@ -57,10 +58,9 @@ def parse_budgets(text: str, max_num_seqs: int) -> list[int]:
 
 
 def level_row(v: LevelVerdict) -> dict[str, Any]:
+    """A level as `vllm_side_by_side` describes it, and which rule failed it."""
     failure = v.failure()
-    return {"rate_rps": v.rate_rps, "passed": v.passed, "tpot_p99_ms": v.terms[0].value_s * 1e3,
-            "served_fraction": v.served_fraction,
-            "failure": None if failure is None else failure.value}  # fmt: skip
+    return {**described(v), "failure": None if failure is None else failure.value}
 
 
 def summary(configs: list[dict[str, Any]]) -> dict[str, Any]:
