@@ -25,13 +25,6 @@ as a benchmark quotes medians: one draw's capacity moves a rate step or more on 
 row keeps every draw (`real_capacity_rps_each`, `tpot_p99_ms_each`, ...) and the first draw's
 capacity error (`capacity_err_first`), the figure a single run would have given.
 
-On the built-in engine the machine's pace is read too (`tuner/sim/machine_pace.py`: the decode
-burst on the default, its steps against the fitted model) right after the fit, before each
-config's capacity search and before its latency levels, and every simulated figure is given a
-second time with the model's steps stretched by the drift since the fit: `builtin_paced` (the
-worst errors) and each row's `paced`. The gap between the two says how much of an error is the
-machine changing under the run rather than the model.
-
 With `--vllm-folder DIR` real vLLM 0.32 serving that folder is measured too, its simulator
 fitted as `tune --engine vllm` fits it (on the default's levels, from what the clients saw);
 each vLLM config is one server start.
@@ -47,9 +40,8 @@ import dataclasses
 import json
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,7 +55,6 @@ from tuner.search import fidelity
 from tuner.search.space import SpaceFacts, build_space
 from tuner.settings import MIN_REQUESTS_PER_LEVEL, TuneSettings
 from tuner.sim.calibrate import RealLevel, simulate_level
-from tuner.sim.machine_pace import machine_pace, paced
 from tuner.store.records import Mode, rules_for
 from tuner.targets.factory import TargetOptions, open_target
 from tuner.targets.vllm import VllmOptions, VllmTarget
@@ -85,9 +76,6 @@ SEARCH = RateSearchSettings(start_rps=2.0, growth=1.6, rel_tol=0.1, min_rps=0.1,
 # level (what 8 s at 1-2 req/s gives) is its one worst request, noise the simulator is not
 # judged against.
 LATENCY_MIN_REQUESTS = 60
-Gauge = Callable[[], Awaitable[float | None]]
-T = TypeVar("T")
-FIGURES = ("capacity_err", "tpot_p99_err", "ttft_p99_err")
 
 
 def machine(levels: list[Any]) -> dict[str, Any]:
@@ -125,21 +113,16 @@ async def fitted(target: Any, meter: Meter, space: Any) -> tuple[fidelity.Simula
     return simulator, default
 
 
-async def real_capacities(target: Any, meter: Meter, configs: list[dict], repeats: int,
-                          gauge: Gauge) -> tuple[list[list[Any]], list[list[float]]]:  # fmt: skip
+async def real_capacities(target: Any, meter: Meter, configs: list[dict],
+                          repeats: int) -> list[list[Any]]:  # fmt: skip
     """Each config's real capacity search, `repeats` times, the order turned each round so a
-    slow stretch of the machine does not land on the same config every time; before each, the
-    machine's pace (`gauge`, built-in engine only)."""
+    slow stretch of the machine does not land on the same config every time."""
     found: list[list[Any]] = [[] for _ in configs]
-    paces: list[list[float]] = [[] for _ in configs]
     for round_ in range(repeats):
         for i in [(round_ + j) % len(configs) for j in range(len(configs))]:
-            pace = await gauge()
-            if pace is not None:
-                paces[i].append(pace)
             await target.apply(configs[i])
             found[i].append(await meter.capacity(SEARCH))
-    return found, paces
+    return found
 
 
 def median_of(values: list[float | None]) -> float | None:
@@ -148,15 +131,13 @@ def median_of(values: list[float | None]) -> float | None:
 
 
 async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dict,
-                  workload: str, reals: list[Any], pace: Pace) -> dict[str, Any]:  # fmt: skip
+                  workload: str, reals: list[Any]) -> dict[str, Any]:  # fmt: skip
     """One config on one workload: capacity (the median of its real searches), then the two
-    latency figures at each share of it (the median of as many real levels). With the
-    machine's pace (built-in engine), each simulated figure again with the model's steps
-    scaled by the drift since the fit (`paced`)."""
-    each = [r.capacity_rps or 0.0 for r in reals]
-    real_rps = statistics.median(each)
+    latency figures at each share of it (the median of as many real levels)."""
     await sim.sim.apply(knobs)
     simulated = await sim.meter.capacity(SEARCH)
+    each = [r.capacity_rps or 0.0 for r in reals]
+    real_rps = statistics.median(each)
     out: dict[str, Any] = {
         "workload": workload,
         "config": knobs,
@@ -166,14 +147,8 @@ async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dic
         "capacity_err": rel_err(simulated.capacity_rps, real_rps),
         "capacity_err_first": rel_err(simulated.capacity_rps, each[0]),
     }
-    drift = pace.drift(pace.searches)
-    if drift is not None:
-        paced_rps = (await paced_run(sim, drift, sim.meter.capacity(SEARCH))).capacity_rps
-        out["paced"] = {"drift": drift, "sim_capacity_rps": paced_rps,
-                        "capacity_err": rel_err(paced_rps, real_rps)}  # fmt: skip
     real_meter, sim_meter = (dataclasses.replace(m, settings=dataclasses.replace(
         m.settings, min_requests=LATENCY_MIN_REQUESTS)) for m in (meter, sim.meter))  # fmt: skip
-    latency_pace = await pace.gauge()
     await target.apply(knobs)
     watched = [level for r in reals for level in r.levels]
     for load in LOADS:
@@ -184,56 +159,20 @@ async def compare(target: Any, sim: fidelity.Simulator, meter: Meter, knobs: dic
         for _ in reals:  # as many latency levels as capacity searches
             watched.append(await real_meter.level(rate))
             got.append(compute_metrics(watched[-1].records))
-        tpot = median_of([1000 * g.p99_tpot_s for g in got])
-        ttft = median_of([1000 * g.p99_ttft_s for g in got])
         want = compute_metrics((await sim_meter.level(rate)).records)
+        tpot = [1000 * g.p99_tpot_s for g in got]
+        ttft = [1000 * g.p99_ttft_s for g in got]
         out[f"{load:.0%}"] = {
             "rate_rps": rate,
-            "tpot_p99_ms": [1000 * want.p99_tpot_s, tpot],
-            "ttft_p99_ms": [1000 * want.p99_ttft_s, ttft],
-            "tpot_p99_ms_each": [1000 * g.p99_tpot_s for g in got],
-            "ttft_p99_ms_each": [1000 * g.p99_ttft_s for g in got],
-            "tpot_p99_err": rel_err(1000 * want.p99_tpot_s, tpot),
-            "ttft_p99_err": rel_err(1000 * want.p99_ttft_s, ttft),
+            "tpot_p99_ms": [1000 * want.p99_tpot_s, median_of(tpot)],
+            "ttft_p99_ms": [1000 * want.p99_ttft_s, median_of(ttft)],
+            "tpot_p99_ms_each": tpot, "ttft_p99_ms_each": ttft,
+            "tpot_p99_err": rel_err(1000 * want.p99_tpot_s, median_of(tpot)),
+            "ttft_p99_err": rel_err(1000 * want.p99_ttft_s, median_of(ttft)),
         }  # fmt: skip
-        drift = pace.drift([latency_pace] if latency_pace is not None else [])
-        if drift is not None:
-            run = await paced_run(sim, drift, sim_meter.level(rate))
-            slow = compute_metrics(run.records)
-            out.setdefault("paced", {})[f"{load:.0%}"] = {
-                "drift": drift,
-                "tpot_p99_err": rel_err(1000 * slow.p99_tpot_s, tpot),
-                "ttft_p99_err": rel_err(1000 * slow.p99_ttft_s, ttft),
-            }  # fmt: skip
     out["machine"] = machine(watched)
     out["levels"] = await level_by_level(sim, meter, knobs, reals[0])
     return out
-
-
-@dataclasses.dataclass(slots=True)
-class Pace:
-    """The machine's pace (`tuner/sim/machine_pace.py`): right after the fit, before a row's
-    capacity searches, and a gauge to read it again."""
-
-    gauge: Gauge
-    at_fit: float | None = None
-    searches: list[float] = dataclasses.field(default_factory=list)
-
-    def drift(self, readings: list[float]) -> float | None:
-        """How much slower the machine ran for these readings than when the model was fitted."""
-        if self.at_fit is None or not readings:
-            return None
-        return statistics.median(readings) / self.at_fit
-
-
-async def paced_run(sim: fidelity.Simulator, drift: float, run: Awaitable[T]) -> T:
-    """`run` (a simulated search or level) with the model's steps `drift` times as long."""
-    fitted = sim.sim.model
-    sim.sim.model = paced(fitted, drift)
-    try:
-        return await run
-    finally:
-        sim.sim.model = fitted
 
 
 async def level_by_level(sim: fidelity.Simulator, meter: Meter, knobs: dict,
@@ -261,14 +200,6 @@ def worst(rows: list[dict[str, Any]], figure: str) -> float | None:
     return max(values) if values else None
 
 
-def worst_paced(rows: list[dict[str, Any]]) -> dict[str, float | None] | None:
-    """The worst errors with each row's steps paced to the machine (None without a pace)."""
-    paced_rows = [r["paced"] for r in rows if "paced" in r]
-    if not paced_rows:
-        return None
-    return {f: worst(paced_rows, f) for f in FIGURES}
-
-
 async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Fit the target's simulator on the default, then compare it on the held-out configs."""
     settings = TuneSettings(slo=SLO)
@@ -290,32 +221,27 @@ async def measure_target(target: Any, args: argparse.Namespace) -> dict[str, Any
         sim, first = await fitted(target, base, space)
         first_rps = first.capacity_rps or 0.0
         configs = HELD_OUT[:1] if args.quick else HELD_OUT
-        pace = Pace(lambda: machine_pace(sim, base, space))
-        pace.at_fit = await pace.gauge()
-        out: dict[str, Any] = {"fit": sim.source, "pace_at_fit": pace.at_fit, "errors": {},
-                               "errors_paced": {}, "detail": []}  # fmt: skip
+        out: dict[str, Any] = {"fit": sim.source, "errors": {}, "detail": []}
         for name in args.workloads:
             meter = meter_for(name)
             sim.meter = dataclasses.replace(sim.meter, requests=meter.requests)
             full = [space.normalise({**space.default_config(), **k}) for k in configs]
-            reals, paces = await real_capacities(target, meter, full, args.repeats, pace.gauge)
+            reals = await real_capacities(target, meter, full, args.repeats)
             rows = []
-            for knobs, real, searches in zip(full, reals, paces, strict=True):
-                pace.searches = searches
-                rows.append(await compare(target, sim, meter, knobs, name, real, pace))
+            for knobs, real in zip(full, reals, strict=True):
+                rows.append(await compare(target, sim, meter, knobs, name, real))
                 print(json.dumps(rows[-1], default=str), file=sys.stderr)
             out["detail"] += rows
-            out["errors"][name] = {f: worst(rows, f) for f in FIGURES}
-            out["errors_paced"][name] = worst_paced(rows)
+            out["errors"][name] = {
+                f: worst(rows, f) for f in ("capacity_err", "tpot_p99_err", "ttft_p99_err")
+            }
         # The noise floor: the same config measured again after the rest. The simulator is not
         # judged finer than the target repeats itself.
-        pace_again = await pace.gauge()  # leaves the default applied
         await target.apply(space.default_config())
         repeat = await base.capacity(SEARCH)
         again = repeat.capacity_rps
         out["noise"] = {"default_capacity_rps": [first_rps, again],
                         "capacity_drift": rel_err(again, first_rps),
-                        "pace_drift": pace.drift([pace_again] if pace_again else []),
                         "machine": [machine(first.levels), machine(repeat.levels)]}  # fmt: skip
         return out
     finally:
@@ -326,7 +252,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     builtin = await measure_target(open_target(TargetOptions(model="tiny")), args)
     result: dict[str, Any] = {"builtin": builtin["errors"], "builtin_fit": builtin["fit"],
                               "builtin_noise": builtin["noise"], "vllm": None,
-                              "builtin_paced": builtin["errors_paced"],
                               "detail": builtin["detail"]}  # fmt: skip
     if args.vllm_folder:
         target = VllmTarget(VllmOptions(args.vllm_folder, command=args.vllm_command))
@@ -334,10 +259,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result.update(vllm=vllm["errors"], vllm_fit=vllm["fit"], vllm_noise=vllm["noise"])
         result["detail"] += [{"target": "vllm", **row} for row in vllm["detail"]]
     return result
-
-
-def described(errs: dict[str, float | None]) -> str:
-    return ", ".join(f"{k} {v:.1%}" if v is not None else f"{k} -" for k, v in errs.items())
 
 
 def main() -> None:
@@ -364,10 +285,8 @@ def main() -> None:
         return
     for target in ("builtin", "vllm"):
         for wl, errs in (result[target] or {}).items():
-            print(f"{target} / {wl}: " + described(errs))
-        for wl, errs in (result.get(f"{target}_paced") or {}).items():
-            if errs:
-                print(f"{target} / {wl}, steps paced to the machine: " + described(errs))
+            figures = [f"{k} {v:.1%}" if v is not None else f"{k} -" for k, v in errs.items()]
+            print(f"{target} / {wl}: " + ", ".join(figures))
         noise = result.get(f"{target}_noise")
         if noise and noise["capacity_drift"] is not None:
             first, again = noise["default_capacity_rps"]
