@@ -79,3 +79,15 @@ def test_draws_differ_keep_the_lists_order_and_repeat_for_the_same_seed():
     assert [r.index for r in first] == sorted(r.index for r in first)
     assert len({r.index for r in first}) == 60
     assert settings.requests_at(requests, 1000.0) == requests  # the whole list, in order
+
+
+async def test_no_level_starts_that_would_end_past_the_deadline(sim_target, fake_clock):
+    # Levels of at least 10 requests: 10 s at 1 req/s, 5 s (and the drain) at 2 req/s.
+    await sim_target.apply({})
+    start = fake_clock()
+    result = await meter(sim_target, fake_clock).capacity(RateSearchSettings(1.0), start + 14.0)
+    assert len(result.levels) == 1  # the second could start in time, not end in time
+    assert fake_clock() <= start + 14.0
+    roomy = await meter(sim_target, fake_clock).capacity(RateSearchSettings(1.0),
+                                                         fake_clock() + 60.0)  # fmt: skip
+    assert len(roomy.levels) >= 2
