@@ -280,9 +280,9 @@ class Meter:
         """Measure the levels `search` asks for, recording each verdict in it, until it ends
         or a new level would end past `deadline_s` (the first level always runs); the caller
         may stop early. A level's length is its requests over its rate: on a target that
-        serves 1 req/s, 640 requests are 11 minutes, which a check of the start alone let run
-        past a 20-minute budget by as much (vLLM 0.32 in bfloat16 on a CPU without bfloat16
-        instructions: levels of 7 and 15 minutes at 1.46 and 0.73 req/s)."""
+        serves under 1 req/s, 640 requests take 10 minutes or more, which a check of the
+        start alone let run far past the budget (vLLM 0.32 in bfloat16 on a CPU without
+        bfloat16 instructions: a level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
         measured = 0
         while (rate := search.next_rate()) is not None:
             if (deadline_s is not None and measured
