@@ -1,6 +1,7 @@
 """A whole `run_tune` against a simulated target on a simulated clock: every phase, no sleeping."""
 
 import json
+import math
 
 import pytest
 
@@ -104,6 +105,27 @@ async def test_a_budget_too_short_for_the_default_reports_its_capacity_as_a_lowe
     # Nothing else fitted in the budget: the default is kept, its figure named a lower bound.
     assert rec["summary"].startswith("keep the vLLM default")
     assert "2.00 req/s within tpot_p99=30ms (a lower bound" in rec["summary"]
+
+
+async def test_a_target_too_slow_for_the_budget_is_told_what_budget_its_levels_need(
+    tmp_path, sim_target, fake_clock, capsys
+):
+    # The default fails its first level (40 req/s against 6); the next, lower rate's 400
+    # requests cannot end within the 20 s budget, so no level passes and the run says why.
+    rec = await run_tune(settings(tmp_path, time_budget_s=20.0, start_rps=40.0, num_requests=400,
+                                  min_requests=400), quiet=True, clock=fake_clock,
+                         target=sim_target)  # fmt: skip
+    assert not rec["feasible"]
+    cut = rec["time_cut"]
+    assert cut["requests"] == 400 and cut["rate_rps"] < 40.0
+    assert cut["level_s"] >= 400 / cut["rate_rps"] and cut["budget_needed_s"] > 20.0
+    minutes = math.ceil(cut["budget_needed_s"] / 60)
+    assert f"no level passed before the time budget ran out: the next, at {cut['rate_rps']:.2f}" \
+        in rec["summary"]  # fmt: skip
+    assert f"give --time-budget {minutes}m or more, or a smaller --min-requests" in rec["summary"]
+    # The level left out is kept with the trial: the report, rebuilt, says the same.
+    assert report_main([str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"] == rec["summary"]
 
 
 async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(

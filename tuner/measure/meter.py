@@ -19,7 +19,7 @@ from tuner.measure.contention import CpuGuard, CpuShare
 from tuner.measure.draws import LevelMix, draw_requests
 from tuner.measure.early_stop import SloBroken
 from tuner.measure.judge import Run, judge_report, served_fraction
-from tuner.measure.ratesearch import Outcome, RateSearch, RateSearchSettings
+from tuner.measure.ratesearch import LeftOut, Outcome, RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict, VerdictRules
 from tuner.targets.base import LevelReplay, ReplayPlan, ServerStats, Target
 
@@ -278,15 +278,17 @@ class Meter:
         self, search: RateSearch, deadline_s: float | None = None, draw: int = 0
     ) -> AsyncIterator[LevelRun]:
         """Measure the levels `search` asks for, recording each verdict in it, until it ends
-        or a new level would end past `deadline_s` (the first level always runs); the caller
-        may stop early. A level's length is its requests over its rate: on a target that
-        serves under 1 req/s, 640 requests take 10 minutes or more, which a check of the
-        start alone let run far past the budget (vLLM 0.32 in bfloat16 on a CPU without
-        bfloat16 instructions: a level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
+        or a new level would end past `deadline_s` (the first level always runs; that level is
+        kept in `search.left_out`); the caller may stop early. A level lasts its requests over
+        its rate: under 1 req/s, 640 requests take 10 minutes or more, which a check of the
+        start alone let run far past the budget (vLLM 0.32 in bfloat16 on an AVX2-only CPU: a
+        level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
         measured = 0
         while (rate := search.next_rate()) is not None:
-            if (deadline_s is not None and measured
-                    and self.clock() + self.expected_level_s(rate) > deadline_s):  # fmt: skip
+            expected_s = self.expected_level_s(rate)
+            if deadline_s is not None and measured and self.clock() + expected_s > deadline_s:
+                n = len(self.settings.requests_at(self.requests, rate))
+                search.left_out = LeftOut(rate, n, expected_s)
                 return
             run = await self.level(rate, draw, self.stop_failing)
             measured += 1

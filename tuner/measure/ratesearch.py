@@ -51,6 +51,15 @@ class RateSearchSettings:
             raise TuneError(f"max_levels={self.max_levels} must be at least 1")
 
 
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A level the search asked for and the caller had no time to measure."""
+
+    rate_rps: float
+    requests: int
+    expected_s: float  # its arrivals and drain
+
+
 @dataclass
 class RateSearch:
     """State of one capacity search; call `next_rate()` then `record()` until it returns None."""
@@ -58,6 +67,8 @@ class RateSearch:
     settings: RateSearchSettings
     levels: list[tuple[float, bool]] = field(default_factory=list)  # (rate, passed) as measured
     outcome: Outcome = Outcome.RUNNING
+    # The level a deadline kept from starting, when one did: what a slow target needed.
+    left_out: LeftOut | None = None
 
     @property
     def capacity_rps(self) -> float:

@@ -69,6 +69,7 @@ def build_recommendation(
         "default_at_recommended_rate": same_rate_json(conf.same_rate),
         "flags": _flags(best["config"]) if best and feasible else None,
         "closest": None if feasible else _closest(view.trials),
+        "time_cut": None if feasible else _time_cut(view.trials, conf.elapsed_s),
         "top": sorted((candidate_json(c) for c in conf.candidates),
                       key=lambda c: -(c["confirmed_rps"] or 0)),
         "trials": [_trial_row(t) for t in view.trials if t.state is not TrialState.WAITING],
@@ -200,6 +201,20 @@ def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:
     trial, level, term = max(scored, key=lambda x: x[2].margin_frac)  # type: ignore[union-attr]
     return {"trial": trial.number, "config": knobs_to_json(trial.knobs),
             "rate_rps": level.rate_rps, **term_json(term)}  # fmt: skip
+
+
+def _time_cut(trials: list[TrialRecord], elapsed_s: float | None) -> dict[str, Any] | None:
+    """No level passed and the deadline kept a search from its next level: the shortest such
+    level and the budget it needed at least (a slow target, whose levels take minutes)."""
+    left = [t for t in trials if t.left_out is not None]
+    if not left or any(lv.passed for t in trials for lv in t.levels):
+        return None
+    trial = min(left, key=lambda t: t.left_out.expected_s)  # type: ignore[union-attr]
+    level = trial.left_out
+    assert level is not None
+    return {"trial": trial.number, "rate_rps": level.rate_rps, "requests": level.requests,
+            "level_s": level.expected_s,
+            "budget_needed_s": (elapsed_s or 0.0) + level.expected_s}  # fmt: skip
 
 
 def _trial_row(t: TrialRecord) -> dict[str, Any]:

@@ -4,6 +4,7 @@ Markdown, the HTML and the console say the same thing."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engine_lite import Policy
@@ -25,11 +26,11 @@ def summary_line(rec: dict[str, Any]) -> str:
     if not rec["feasible"]:
         c = rec.get("closest")
         if not c:
-            return f"no config meets {slo}; nothing finished a load level"
+            return f"no config meets {slo}; nothing finished a load level" + _time_cut(rec)
         return (
             f"no config meets {slo}; the closest is trial {c['trial'] + 1} "
             f"({short_config(c['config'])}) with {c['metric']} {ms_text(c['value_ms'])} "
-            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s"
+            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s" + _time_cut(rec)
         )
     best = rec["best"]
     unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
@@ -76,6 +77,17 @@ def summary_line(rec: dict[str, Any]) -> str:
             what += f", {interval}"
         text += f"; at that rate the default misses the SLO ({what})"
     return text
+
+
+def _time_cut(rec: dict[str, Any]) -> str:
+    """What a target too slow for the budget needs: a level at its rates takes minutes."""
+    cut = rec.get("time_cut")
+    if not cut:
+        return ""
+    return (f"; no level passed before the time budget ran out: the next, at {cut['rate_rps']:.2f} "
+            f"req/s, needed {cut['level_s'] / 60:.1f} min for its {cut['requests']} requests, so "
+            f"give --time-budget {math.ceil(cut['budget_needed_s'] / 60)}m or more, or a smaller "
+            "--min-requests (a p99 over fewer requests is noisier)")  # fmt: skip
 
 
 def _cut(config: dict[str, Any]) -> str:

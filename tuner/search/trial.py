@@ -146,7 +146,10 @@ class TrialRunner:
         record.ending, record.upper_bound_rps = ending, search.upper_bound_rps
         pruned = ending is TrialEnding.PRUNED
         record.capacity_rps = 0.0 if pruned else search.capacity_rps
-        attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps)
+        if ending is TrialEnding.TIME_BUDGET:
+            record.left_out = search.left_out
+        attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps,
+                           record.left_out)  # fmt: skip
         if pruned:
             record.state = TrialState.PRUNED
             study.tell(trial, state=TrialState.PRUNED)

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial
 
 from slo import SLO
 from tuner.measure.meter import LevelRecord
+from tuner.measure.ratesearch import LeftOut
 from tuner.measure.verdict import VerdictRules
 from tuner.store.codec import clean_json, level_from_row, level_row
 from tuner.store.records import Role, TrialEnding, TrialRecord
@@ -27,6 +28,7 @@ LEVEL_PREFIX = "level_"  # level_000, level_001, ...: one load level's row each
 ENDING = "outcome"  # a TrialEnding value
 CAPACITY = "capacity_rps"  # measured capacity (0 for pruned trials)
 UPPER = "upper_bound_rps"  # lowest failing rate (None before any failure)
+LEFT_OUT = "left_out_level"  # a search the deadline cut: the level it had no time for
 CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - limit
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
@@ -126,10 +128,12 @@ def save_level(trial: optuna.Trial, index: int, level: LevelRecord) -> None:
 
 
 def end_capacity(trial: optuna.Trial, ending: TrialEnding, capacity_rps: float,
-                 upper_bound_rps: float) -> None:  # fmt: skip
+                 upper_bound_rps: float, left_out: LeftOut | None = None) -> None:  # fmt: skip
     trial.set_user_attr(ENDING, ending.value)
     trial.set_user_attr(UPPER, clean_json(upper_bound_rps))
     trial.set_user_attr(CAPACITY, capacity_rps)
+    if left_out is not None:
+        trial.set_user_attr(LEFT_OUT, [left_out.rate_rps, left_out.requests, left_out.expected_s])
 
 
 def end_duplicate(trial: optuna.Trial, twin: FrozenTrial) -> None:
@@ -177,6 +181,7 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         predicted_rps=predicted_of(trial),
         predicted_default_rps=float(attrs[PREDICTED_DEFAULT]) if attrs.get(PREDICTED_DEFAULT)
         else None,
+        left_out=LeftOut(*attrs[LEFT_OUT]) if attrs.get(LEFT_OUT) else None,
     )  # fmt: skip
 
 

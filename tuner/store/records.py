@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from optuna.trial import TrialState
 
 from tuner.measure.meter import LevelRecord
+from tuner.measure.ratesearch import LeftOut
 from tuner.measure.verdict import Interval, LevelVerdict, VerdictRules
 from tuner.targets.knobs import Knobs
 
@@ -78,6 +79,7 @@ class TrialRecord:
     same_as: int | None = None  # a duplicate: the trial that measured (or measures) this config
     predicted_rps: float | None = None  # --fidelity sim: the capacity screening gave it
     predicted_default_rps: float | None = None  # ... and the default's, by the same model
+    left_out: LeftOut | None = None  # cut by the deadline: the level it had no time for
 
     @property
     def finished(self) -> bool:
