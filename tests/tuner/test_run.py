@@ -118,6 +118,7 @@ async def test_a_target_too_slow_for_the_budget_is_told_what_budget_its_levels_n
     assert not rec["feasible"]
     cut = rec["time_cut"]
     assert cut["requests"] == 400 and cut["rate_rps"] < 40.0
+    assert cut["trial"] == rec["closest"]["trial"]  # the next level of the nearest search
     assert cut["level_s"] >= 400 / cut["rate_rps"] and cut["budget_needed_s"] > 20.0
     minutes = math.ceil(cut["budget_needed_s"] / 60)
     assert f"no level passed before the time budget ran out: the next, at {cut['rate_rps']:.2f}" \

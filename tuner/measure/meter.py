@@ -278,17 +278,17 @@ class Meter:
         self, search: RateSearch, deadline_s: float | None = None, draw: int = 0
     ) -> AsyncIterator[LevelRun]:
         """Measure the levels `search` asks for, recording each verdict in it, until it ends
-        or a new level would end past `deadline_s` (the first level always runs; that level is
-        kept in `search.left_out`); the caller may stop early. A level lasts its requests over
-        its rate: under 1 req/s, 640 requests take 10 minutes or more, which a check of the
-        start alone let run far past the budget (vLLM 0.32 in bfloat16 on an AVX2-only CPU: a
-        level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
+        or a new level would end past `deadline_s` (the first always runs; one left out is kept
+        in `search.left_out`); the caller may stop early. Checked at the level's end, not its
+        start: under 1 req/s, 640 requests take 10 minutes or more (vLLM 0.32 in bfloat16 on an
+        AVX2-only CPU: a level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
         measured = 0
         while (rate := search.next_rate()) is not None:
             expected_s = self.expected_level_s(rate)
-            if deadline_s is not None and measured and self.clock() + expected_s > deadline_s:
+            short_s = self.clock() + expected_s - deadline_s if deadline_s is not None else 0.0
+            if measured and short_s > 0:
                 n = len(self.settings.requests_at(self.requests, rate))
-                search.left_out = LeftOut(rate, n, expected_s)
+                search.left_out = LeftOut(rate, n, expected_s, short_s)
                 return
             run = await self.level(rate, draw, self.stop_failing)
             measured += 1

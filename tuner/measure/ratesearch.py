@@ -58,6 +58,7 @@ class LeftOut:
     rate_rps: float
     requests: int
     expected_s: float  # its arrivals and drain
+    short_s: float  # how far past the deadline it would have ended
 
 
 @dataclass

@@ -53,6 +53,7 @@ def build_recommendation(
         # its own pooled capacity once read "0.76x the vLLM default" of itself).
         best = default
     feasible = best is not None and best["capacity_rps"] > 0
+    closest = None if feasible else _closest(view.trials)
     rec: dict[str, Any] = {
         "slo": info.get("slo"),
         "objective": {"mode": view.mode.value, "rate_rps": info.get("rate_rps"),
@@ -68,8 +69,9 @@ def build_recommendation(
         "ratio_vs_rule_of_thumb": _ratio(best, thumb) if feasible else None,
         "default_at_recommended_rate": same_rate_json(conf.same_rate),
         "flags": _flags(best["config"]) if best and feasible else None,
-        "closest": None if feasible else _closest(view.trials),
-        "time_cut": None if feasible else _time_cut(view.trials, conf.elapsed_s),
+        "closest": closest,
+        "time_cut": None if feasible else _time_cut(view.trials, closest,
+                                                    info.get("settings", {}).get("time_budget_s")),
         "top": sorted((candidate_json(c) for c in conf.candidates),
                       key=lambda c: -(c["confirmed_rps"] or 0)),
         "trials": [_trial_row(t) for t in view.trials if t.state is not TrialState.WAITING],
@@ -203,18 +205,22 @@ def _closest(trials: list[TrialRecord]) -> dict[str, Any] | None:
             "rate_rps": level.rate_rps, **term_json(term)}  # fmt: skip
 
 
-def _time_cut(trials: list[TrialRecord], elapsed_s: float | None) -> dict[str, Any] | None:
-    """No level passed and the deadline kept a search from its next level: the shortest such
-    level and the budget it needed at least (a slow target, whose levels take minutes)."""
+def _time_cut(trials: list[TrialRecord], closest: dict[str, Any] | None,
+              budget_s: float | None) -> dict[str, Any] | None:  # fmt: skip
+    """No level passed and the deadline kept a search from its next level: the closest
+    trial's next level, or else the slowest one left out, and the budget under which it would
+    have fitted (a slow target, whose levels take minutes). Not the quickest: a default
+    measured again left out a rate its first trial had already failed."""
     left = [t for t in trials if t.left_out is not None]
     if not left or any(lv.passed for t in trials for lv in t.levels):
         return None
-    trial = min(left, key=lambda t: t.left_out.expected_s)  # type: ignore[union-attr]
+    near = [t for t in left if closest and t.number == closest["trial"]]
+    trial = near[0] if near else min(left, key=lambda t: t.left_out.rate_rps)  # type: ignore[union-attr]
     level = trial.left_out
     assert level is not None
     return {"trial": trial.number, "rate_rps": level.rate_rps, "requests": level.requests,
             "level_s": level.expected_s,
-            "budget_needed_s": (elapsed_s or 0.0) + level.expected_s}  # fmt: skip
+            "budget_needed_s": (budget_s or 0.0) + level.short_s}  # fmt: skip
 
 
 def _trial_row(t: TrialRecord) -> dict[str, Any]:

@@ -3,6 +3,7 @@ key lives here, unchanged from earlier versions, so an older study still resumes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -133,7 +134,7 @@ def end_capacity(trial: optuna.Trial, ending: TrialEnding, capacity_rps: float,
     trial.set_user_attr(UPPER, clean_json(upper_bound_rps))
     trial.set_user_attr(CAPACITY, capacity_rps)
     if left_out is not None:
-        trial.set_user_attr(LEFT_OUT, [left_out.rate_rps, left_out.requests, left_out.expected_s])
+        trial.set_user_attr(LEFT_OUT, list(dataclasses.astuple(left_out)))
 
 
 def end_duplicate(trial: optuna.Trial, twin: FrozenTrial) -> None:
