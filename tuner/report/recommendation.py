@@ -211,13 +211,11 @@ def _time_cut(trials: list[TrialRecord], closest: dict[str, Any] | None,
     trial's next level, or else the slowest one left out, and the budget under which it would
     have fitted (a slow target, whose levels take minutes). Not the quickest: a default
     measured again left out a rate its first trial had already failed."""
-    left = [t for t in trials if t.left_out is not None]
+    left = [(t, t.left_out) for t in trials if t.left_out is not None]
     if not left or any(lv.passed for t in trials for lv in t.levels):
         return None
-    near = [t for t in left if closest and t.number == closest["trial"]]
-    trial = near[0] if near else min(left, key=lambda t: t.left_out.rate_rps)  # type: ignore[union-attr]
-    level = trial.left_out
-    assert level is not None
+    near = [x for x in left if closest and x[0].number == closest["trial"]]
+    trial, level = near[0] if near else min(left, key=lambda x: x[1].rate_rps)
     return {"trial": trial.number, "rate_rps": level.rate_rps, "requests": level.requests,
             "level_s": level.expected_s,
             "budget_needed_s": (budget_s or 0.0) + level.short_s}  # fmt: skip
