@@ -26,11 +26,11 @@ def summary_line(rec: dict[str, Any]) -> str:
     if not rec["feasible"]:
         c = rec.get("closest")
         if not c:
-            return f"no config meets {slo}; nothing finished a load level" + _time_cut(rec)
+            return f"no config meets {slo}; nothing finished a load level" + _time_cut_text(rec)
         return (
             f"no config meets {slo}; the closest is trial {c['trial'] + 1} "
             f"({short_config(c['config'])}) with {c['metric']} {ms_text(c['value_ms'])} "
-            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s" + _time_cut(rec)
+            f"(limit {c['limit_ms']:g} ms) at {c['rate_rps']:.2f} req/s" + _time_cut_text(rec)
         )
     best = rec["best"]
     unit = "good req/s" if rec["objective"]["mode"] == "goodput" else f"req/s within {slo}"
@@ -79,7 +79,7 @@ def summary_line(rec: dict[str, Any]) -> str:
     return text
 
 
-def _time_cut(rec: dict[str, Any]) -> str:
+def _time_cut_text(rec: dict[str, Any]) -> str:
     """What a target too slow for the budget needs: a level at its rates takes minutes."""
     cut = rec.get("time_cut")
     if not cut:

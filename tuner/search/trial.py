@@ -146,8 +146,7 @@ class TrialRunner:
         record.ending, record.upper_bound_rps = ending, search.upper_bound_rps
         pruned = ending is TrialEnding.PRUNED
         record.capacity_rps = 0.0 if pruned else search.capacity_rps
-        if ending is TrialEnding.TIME_BUDGET:
-            record.left_out = search.left_out
+        record.left_out = search.left_out  # set only where the deadline cut the search
         attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps,
                            record.left_out)  # fmt: skip
         if pruned:
