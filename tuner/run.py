@@ -222,7 +222,7 @@ async def search(run: TuneRun, budget: Budget, display: StatusSink,
                                      min_rps=s.min_rps or start / 8,
                                      max_levels=s.max_levels)  # fmt: skip
     runner = TrialRunner(run.meter, run.space, rate_search, run.files, display, run.mode,
-                         s.rate_rps)  # fmt: skip
+                         s.rate_rps, s.time_budget_s)  # fmt: skip
     plan = ConfirmPlan(run.meter, run.mode, s.top_k, s.repeats, s.rate_rps, s.robust)
     display.set_phase(queued_phase(run.study) if queued_only
                       else f"searching ({s.sampler}, {run.mode.value})")  # fmt: skip

@@ -1,5 +1,6 @@
-"""Resuming a run that was stopped mid-trial, on the simulated target and clock: what was cut
-is measured again as if it had never started, and a cut never reads as a measured zero."""
+"""Resuming a run that was stopped mid-trial, on the simulated target and clock: a cut trial's
+config is measured again, going on from the levels it finished, and a cut never reads as a
+measured zero."""
 
 import asyncio
 import json
@@ -29,7 +30,7 @@ def run_settings(run_dir, **changes) -> TuneSettings:
     return TuneSettings(**{**base, **changes})
 
 
-async def test_a_default_cut_by_ctrl_c_is_measured_again_from_its_own_start(
+async def test_a_default_cut_by_ctrl_c_goes_on_from_its_last_level_to_the_same_capacity(
     tmp_path, fake_clock, faulty_target
 ):
     fresh = await run_tune(run_settings(tmp_path / "fresh"), quiet=True, clock=fake_clock,
@@ -45,6 +46,10 @@ async def test_a_default_cut_by_ctrl_c_is_measured_again_from_its_own_start(
 
     default = resumed["default"]
     assert default["capacity_rps"] == fresh["default"]["capacity_rps"] > 0
+    # The level finished before the interrupt is not measured again: the search goes on.
+    again = next(t for t in resumed["trials"] if t["trial"] == default["trial"])
+    assert again["continues"] == 0 and again["carried_levels"] == 1
+    assert again["levels"] + 1 == fresh["trials"][0]["levels"]
     assert resumed["ratio_vs_default"] is not None
     # The summary quotes the default's figure (here no other config beat it: only the
     # references fit in the short budget).
@@ -91,11 +96,15 @@ def test_ctrl_c_in_the_default_trial_then_a_short_resume_still_measures_the_defa
         tune.kill()
 
     # Far too short for the queue (rule of thumb, sweep, the default again): the default,
-    # which the report compares everything with, goes first and is measured whole.
+    # which the report compares everything with, goes first and goes on from its first level.
     assert main(["--resume", str(run_dir), "--time-budget", "20s", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["default"]["capacity_rps"] > 0 and rec["ratio_vs_default"] is not None
     study = optuna.load_study(study_name="tune-mixed", storage=f"sqlite:///{run_dir}/study.db")
     defaults = [t for t in study.trials if t.user_attrs.get("role") == "default"]
     assert [t.state for t in defaults] == [TrialState.FAIL, TrialState.COMPLETE]
-    assert defaults[-1].user_attrs["level_000"]["rate_rps"] == 4.0  # its own start, again
+    cut, again = defaults[0].user_attrs["level_000"], defaults[-1].user_attrs
+    assert again["continues_trial"] == defaults[0].number
+    assert again["carried_levels"] == [[cut["rate_rps"], cut["passed"]]]
+    # The rate it measured is not measured again: the search steps on from it.
+    assert again["level_000"]["rate_rps"] != cut["rate_rps"]

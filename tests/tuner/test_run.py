@@ -3,6 +3,7 @@
 import json
 import math
 
+import pandas as pd
 import pytest
 
 import tuner.report.plots  # noqa: F401  loaded once here, not inside the timed tests
@@ -123,10 +124,38 @@ async def test_a_target_too_slow_for_the_budget_is_told_what_budget_its_levels_n
     minutes = math.ceil(cut["budget_needed_s"] / 60)
     assert f"no level passed before the time budget ran out: the next, at {cut['rate_rps']:.2f}" \
         in rec["summary"]  # fmt: skip
-    assert f"give --time-budget {minutes}m or more, or a smaller --min-requests" in rec["summary"]
+    assert f"give --time-budget {minutes}m or more (--resume goes on from there), or a smaller " \
+        "--min-requests" in rec["summary"]  # fmt: skip
     # The level left out is kept with the trial: the report, rebuilt, says the same.
     assert report_main([str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"] == rec["summary"]
+
+
+async def test_a_run_resumed_with_the_budget_it_was_told_goes_on_from_where_it_was_cut(
+    tmp_path, sim_targets, fake_clock
+):
+    # As above, a level the default (6 req/s) fails, then no time for the next. Resumed on the
+    # same folder with the budget the summary asked for, the default goes on from that next
+    # level, and measures no rate a second time.
+    slow = {"start_rps": 8.0, "num_requests": 400, "min_requests": 400, "storage": None}
+    first = await run_tune(settings(tmp_path, time_budget_s=20.0, **slow), quiet=True,
+                           clock=fake_clock, target=sim_targets())  # fmt: skip
+    cut, left = first["trials"][0], first["time_cut"]
+    assert cut["role"] == "default" and cut["levels"] == 1 and left["trial"] == cut["trial"]
+    asked = math.ceil(left["budget_needed_s"] / 60) * 60
+    rec = await run_tune(settings(tmp_path, time_budget_s=asked, **slow), quiet=True,
+                         clock=fake_clock, target=sim_targets())  # fmt: skip
+
+    default = rec["default"]
+    again = next(t for t in rec["trials"] if t["trial"] == default["trial"])
+    assert again["continues"] == cut["trial"] and again["carried_levels"] == 1
+    table = pd.read_csv(tmp_path / "run" / "trials.csv")
+    rates = table[table["trial"] == default["trial"]]["rate_rps"].tolist()
+    assert rates[0] == left["rate_rps"] and 8.0 not in rates
+    # Its capacity keeps the carried failure: nothing at or above 8 req/s is claimed.
+    assert 0 < default["capacity_rps"] < 8.0 and rec["time_cut"] is None
+    md = (tmp_path / "run" / "recommendation.md").read_text()
+    assert f"(+1 of trial {cut['trial'] + 1})" in md
 
 
 async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(

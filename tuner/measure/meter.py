@@ -278,20 +278,20 @@ class Meter:
         self, search: RateSearch, deadline_s: float | None = None, draw: int = 0
     ) -> AsyncIterator[LevelRun]:
         """Measure the levels `search` asks for, recording each verdict in it, until it ends
-        or a new level would end past `deadline_s` (the first always runs; one left out is kept
-        in `search.left_out`); the caller may stop early. Checked at the level's end, not its
-        start: under 1 req/s, 640 requests take 10 minutes or more (vLLM 0.32 in bfloat16 on an
-        AVX2-only CPU: a level at 0.38 req/s, 28 minutes, started 11 minutes into 20)."""
-        measured = 0
+        or a new level would end past `deadline_s` (one left out is kept in `search.left_out`);
+        the caller may stop early. The first always runs, unless the search goes on from an
+        attempt a deadline cut (`left_out` set). Checked at the level's end, not its start:
+        under 1 req/s, 640 requests take 10 min or more (vLLM 0.32 in bfloat16 on an AVX2-only
+        CPU: a level at 0.38 req/s, 28 min, 11 min into 20)."""
+        carried = len(search.levels)  # an earlier attempt's levels (search/trial.py)
         while (rate := search.next_rate()) is not None:
             expected_s = self.expected_level_s(rate)
             short_s = self.clock() + expected_s - deadline_s if deadline_s is not None else 0.0
-            if measured and short_s > 0:
+            if (len(search.levels) > carried or search.left_out) and short_s > 0:
                 n = len(self.settings.requests_at(self.requests, rate))
                 search.left_out = LeftOut(rate, n, expected_s, short_s)
                 return
             run = await self.level(rate, draw, self.stop_failing)
-            measured += 1
             search.record(rate, run.level.passed)
             yield run
 

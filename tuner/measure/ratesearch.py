@@ -59,6 +59,9 @@ class LeftOut:
     requests: int
     expected_s: float  # its arrivals and drain
     short_s: float  # how far past the deadline it would have ended
+    # The time budget of the run whose deadline that was (a resume may give another): the
+    # budget under which the level fits is this plus `short_s`.
+    budget_s: float | None = None
 
 
 @dataclass
@@ -90,6 +93,7 @@ class RateSearch:
         if self.done:
             raise RuntimeError("record() after the search ended")
         self.levels.append((rate_rps, passed))
+        self.left_out = None  # a level measured since: what was left out before is moot
         self.outcome = self._decide()
 
     def next_rate(self) -> float | None:

@@ -209,8 +209,9 @@ def _time_cut(trials: list[TrialRecord], closest: dict[str, Any] | None,
               budget_s: float | None) -> dict[str, Any] | None:  # fmt: skip
     """No level passed and the deadline kept a search from its next level: the closest
     trial's next level, or else the slowest one left out, and the budget under which it would
-    have fitted (a slow target, whose levels take minutes). Not the quickest: a default
-    measured again left out a rate its first trial had already failed."""
+    have fitted (a slow target, whose levels take minutes): the budget of the run that left it
+    out, which a resume may have changed. Not the quickest: that may be a config far from
+    meeting the SLO."""
     left = [(t, t.left_out) for t in trials if t.left_out is not None]
     if not left or any(lv.passed for t in trials for lv in t.levels):
         return None
@@ -218,7 +219,7 @@ def _time_cut(trials: list[TrialRecord], closest: dict[str, Any] | None,
     trial, level = near[0] if near else min(left, key=lambda x: x[1].rate_rps)
     return {"trial": trial.number, "rate_rps": level.rate_rps, "requests": level.requests,
             "level_s": level.expected_s,
-            "budget_needed_s": (budget_s or 0.0) + level.short_s}  # fmt: skip
+            "budget_needed_s": (level.budget_s or budget_s or 0.0) + level.short_s}  # fmt: skip
 
 
 def _trial_row(t: TrialRecord) -> dict[str, Any]:
@@ -229,7 +230,8 @@ def _trial_row(t: TrialRecord) -> dict[str, Any]:
         "upper_bound_rps": t.upper_bound_rps, "value": t.value if complete else None,
         "feasible": t.feasible, "outcome": t.ending.value if t.ending else None,
         "levels": len(t.levels), "measurement_s": t.measurement_s, "worker": t.worker,
-        "retry_of": t.retry_of, "same_as": t.same_as,
+        "retry_of": t.retry_of, "same_as": t.same_as, "continues": t.continues,
+        "carried_levels": len(t.carried),
     }  # fmt: skip
 
 

@@ -177,8 +177,11 @@ def trials_table(rec: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             cap_text = f"< {t['upper_bound_rps']:.2f}"
         else:
             cap_text = f"{cap:.2f}" if cap is not None else "-"
+        levels = str(t["levels"])
+        if t.get("carried_levels"):  # went on from an earlier attempt's search (trial.py)
+            levels += f" (+{t['carried_levels']} of trial {t['continues'] + 1})"
         rows.append([str(t["trial"] + 1), t["role"], t["state"], short_config(t["config"]),
-                     cap_text, str(t["levels"]), f"{t['measurement_s']:.0f}"])  # fmt: skip
+                     cap_text, levels, f"{t['measurement_s']:.0f}"])  # fmt: skip
     return header, rows
 
 

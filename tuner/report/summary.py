@@ -81,12 +81,12 @@ def summary_line(rec: dict[str, Any]) -> str:
 
 def _time_cut_text(rec: dict[str, Any]) -> str:
     """What a target too slow for the budget needs: a level at its rates takes minutes."""
-    cut = rec.get("time_cut")
-    if not cut:
+    if not (cut := rec.get("time_cut")):
         return ""
+    minutes = math.ceil(cut["budget_needed_s"] / 60)
     return (f"; no level passed before the time budget ran out: the next, at {cut['rate_rps']:.2f} "
             f"req/s, needed {cut['level_s'] / 60:.1f} min for its {cut['requests']} requests, so "
-            f"give --time-budget {math.ceil(cut['budget_needed_s'] / 60)}m or more, or a smaller "
+            f"give --time-budget {minutes}m or more (--resume goes on from there), or a smaller "
             "--min-requests (a p99 over fewer requests is noisier)")  # fmt: skip
 
 

@@ -254,6 +254,20 @@ def find_twin(study: optuna.Study, knobs: Knobs, number: int) -> FrozenTrial | N
     return None
 
 
+def earlier_attempt(study: optuna.Study, knobs: Knobs, role: Role,
+                    number: int) -> FrozenTrial | None:  # fmt: skip
+    """The latest earlier trial of this config in this role whose search did not end: cut by
+    the time budget or a lost server, or failed when its run was killed or its worker died.
+    What it measured still holds for the config."""
+    for trial in reversed(study.get_trials(deepcopy=False)):
+        if trial.number >= number or attrs.role_of(trial) is not role:
+            continue
+        if attrs.knobs_of(trial) == knobs and (trial.state is TrialState.FAIL
+                                               or attrs.was_cut(trial)):  # fmt: skip
+            return trial
+    return None
+
+
 def top_trials(study: optuna.Study, k: int, mode: Mode,
                trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:  # fmt: skip
     """The k best finished trials worth confirming (positive value; feasible in --rate mode),

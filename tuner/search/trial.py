@@ -15,7 +15,7 @@ from tuner.measure.meter import LevelRecord, LevelRun, Meter
 from tuner.measure.ratesearch import RateSearch, RateSearchSettings
 from tuner.measure.verdict import LevelVerdict
 from tuner.search.space import SearchSpace
-from tuner.search.study import best_capacity, find_twin
+from tuner.search.study import best_capacity, earlier_attempt, find_twin
 from tuner.store import attrs
 from tuner.store.records import Mode, Role, TrialEnding, TrialRecord
 from tuner.store.runfiles import RunFiles, write_trials_table
@@ -69,6 +69,7 @@ class TrialRunner:
     progress: ProgressSink
     mode: Mode = Mode.CAPACITY
     rate_rps: float | None = None  # --rate mode
+    budget_s: float | None = None  # the run's time budget, kept with a level it left out
 
     async def run(
         self, study: optuna.Study, trial: optuna.Trial, deadline_s: float | None = None
@@ -113,6 +114,7 @@ class TrialRunner:
     async def _capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                         deadline: float | None) -> None:  # fmt: skip
         search = RateSearch(self._settings(study, trial, record.role))
+        self._go_on(study, trial, record, search)
         try:
             pruned = await self._levels(trial, record, search, deadline)
         except ServerLost:
@@ -127,7 +129,8 @@ class TrialRunner:
     async def _levels(self, trial: optuna.Trial, record: TrialRecord, search: RateSearch,
                       deadline: float | None) -> bool:  # fmt: skip
         """Measure the levels the search asks for; True when the pruner stopped the trial."""
-        self.progress.level_started(search.settings.start_rps, 0)
+        if (first := search.next_rate()) is not None:
+            self.progress.level_started(first, 0)
         async for run in self.meter.search_levels(search, deadline):
             self._keep(trial, record, run)
             trial.report(search.upper_bound_rps, len(record.levels) - 1)
@@ -138,6 +141,30 @@ class TrialRunner:
                 self.progress.level_started(search.next_rate() or 0.0, len(record.levels))
         return False
 
+    def _go_on(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
+               search: RateSearch) -> None:  # fmt: skip
+        """Start from the levels of an earlier attempt at this config whose search did not end
+        (`earlier_attempt`): no rate it measured is measured again. Where a deadline cut that
+        attempt, it ran its first level regardless; this one starts a level only if it fits
+        (a level on a slow target takes minutes: vLLM on an AVX2-only CPU, 7-28 min)."""
+        earlier = earlier_attempt(study, record.knobs, record.role, trial.number)
+        if earlier is None:
+            return
+        old = attrs.read_trial(earlier, self.meter.slo, self.meter.rules)
+        carried = old.carried + [(lv.rate_rps, lv.passed) for lv in old.levels]
+        if not carried:
+            return
+        for rate, passed in carried:
+            if not search.done:  # a run killed after its last level: nothing left to measure
+                search.record(rate, passed)
+        if not search.done:
+            search.left_out = old.left_out  # Meter.search_levels: no level past the deadline
+        record.continues, record.carried = earlier.number, carried
+        attrs.save_continued(trial, earlier.number, carried)
+        said = ", ".join(f"{rate:.2f} req/s {'held' if ok else 'failed'}" for rate, ok in carried)
+        self.progress.line(f"trial {trial.number + 1} goes on from trial {earlier.number + 1}'s "
+                           f"search of the same config ({said})")  # fmt: skip
+
     def _end_capacity(self, study: optuna.Study, trial: optuna.Trial, record: TrialRecord,
                       search: RateSearch, ending: TrialEnding) -> None:  # fmt: skip
         """Tell the study how the rate search ended. A search cut short before any level passed
@@ -146,7 +173,8 @@ class TrialRunner:
         record.ending, record.upper_bound_rps = ending, search.upper_bound_rps
         pruned = ending is TrialEnding.PRUNED
         record.capacity_rps = 0.0 if pruned else search.capacity_rps
-        record.left_out = search.left_out  # set only where the deadline cut the search
+        if (left := search.left_out) is not None:  # set only where the deadline cut it
+            record.left_out = dataclasses.replace(left, budget_s=self.budget_s)
         attrs.end_capacity(trial, ending, record.capacity_rps, record.upper_bound_rps,
                            record.left_out)  # fmt: skip
         if pruned:

@@ -30,6 +30,8 @@ ENDING = "outcome"  # a TrialEnding value
 CAPACITY = "capacity_rps"  # measured capacity (0 for pruned trials)
 UPPER = "upper_bound_rps"  # lowest failing rate (None before any failure)
 LEFT_OUT = "left_out_level"  # a search the deadline cut: the level it had no time for
+CONTINUES = "continues_trial"  # an earlier attempt at this config whose search this one goes on
+CARRIED = "carried_levels"  # [[rate, passed], ...]: the levels that search started from
 CONSTRAINTS = "constraints"  # --rate mode: SLO terms and error rate as value - limit
 STUDY_META = "tune_meta"  # study: what it measures; a resume must match it
 START_RATE = "calibrated_start_rps"  # study: the first trial's start rate, measured once
@@ -158,6 +160,16 @@ def end_goodput(trial: optuna.Trial, ending: TrialEnding, constraints: Mapping[s
     trial.set_user_attr(ENDING, ending.value)
 
 
+def save_continued(trial: optuna.Trial, earlier: int, levels: list[tuple[float, bool]]) -> None:
+    trial.set_user_attr(CONTINUES, earlier)
+    trial.set_user_attr(CARRIED, [list(level) for level in levels])
+
+
+def carried_of(trial: FrozenTrial) -> list[tuple[float, bool]]:
+    """The levels an earlier attempt measured that this trial's search started from."""
+    return [(float(rate), bool(passed)) for rate, passed in trial.user_attrs.get(CARRIED, [])]
+
+
 def was_cut(trial: FrozenTrial) -> bool:
     """Its measurement ended before its rate search did (see TrialEnding.cut)."""
     ending = trial.user_attrs.get(ENDING)
@@ -183,6 +195,7 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         predicted_default_rps=float(attrs[PREDICTED_DEFAULT]) if attrs.get(PREDICTED_DEFAULT)
         else None,
         left_out=LeftOut(*attrs[LEFT_OUT]) if attrs.get(LEFT_OUT) else None,
+        continues=attrs.get(CONTINUES), carried=carried_of(trial),
     )  # fmt: skip
 
 

@@ -80,6 +80,11 @@ class TrialRecord:
     predicted_rps: float | None = None  # --fidelity sim: the capacity screening gave it
     predicted_default_rps: float | None = None  # ... and the default's, by the same model
     left_out: LeftOut | None = None  # cut by the deadline: the level it had no time for
+    # An earlier attempt at this config ended before its search did (cut by the time budget,
+    # or left by a killed run): this trial went on from its levels (rate, passed), which stay
+    # with that trial and are not counted again here.
+    continues: int | None = None
+    carried: list[tuple[float, bool]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:

@@ -1,6 +1,9 @@
 """One trial on the simulated target: how a rate search that ends early is told to the study."""
 
+import asyncio
+
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from loadgen import build_workload
@@ -78,3 +81,42 @@ async def test_a_screened_config_starts_a_step_below_its_prediction_a_placed_def
     default = await run.run(study, study.ask())
     assert abs(screened.levels[0].rate_rps - 10.0) < 1e-6
     assert abs(default.levels[0].rate_rps - 10.8) < 1e-6
+
+
+async def test_a_default_queued_again_after_a_deadline_cut_goes_on_and_starts_nothing_late(
+    tmp_path, sim_target, fake_clock
+):
+    # The first attempt fails 20 req/s and has no time for 10 (a level on a slow target takes
+    # minutes): it ran its first level past the deadline, the next attempt runs none there.
+    study = optuna.create_study(direction="maximize")
+    run = runner(tmp_path, sim_target, fake_clock, start_rps=20.0)
+    default, attempts = run.space.to_params(run.space.default_config()), []
+    for deadline_s in (fake_clock() - 1, fake_clock() - 1, None):
+        study.enqueue_trial(default, user_attrs=role_attrs(Role.DEFAULT))
+        attempts.append(await run.run(study, study.ask(), deadline_s=deadline_s))
+    cut, waited, done = attempts
+    assert [lv.rate_rps for lv in cut.levels] == [20.0] and cut.left_out.rate_rps == 10.0
+    assert waited.levels == [] and waited.ending is TrialEnding.TIME_BUDGET
+    assert waited.continues == cut.number and waited.carried == [(20.0, False)]
+    assert waited.left_out.rate_rps == 10.0 and waited.state is TrialState.FAIL
+    # With time, the third goes on from the second (which carries the first): 10 req/s first.
+    assert done.continues == waited.number and done.carried == [(20.0, False)]
+    assert done.levels[0].rate_rps == 10.0 and 20.0 not in [lv.rate_rps for lv in done.levels]
+    assert done.state is TrialState.COMPLETE and 0 < done.capacity_rps < 20.0
+    assert done.upper_bound_rps <= 20.0 and done.left_out is None
+
+
+async def test_a_trial_a_kill_cut_goes_on_with_its_next_level_as_a_new_one_runs_its_first(
+    tmp_path, faulty_target, fake_clock
+):
+    study = optuna.create_study(direction="maximize")
+    killed = runner(tmp_path, faulty_target(at_level=2), fake_clock, start_rps=20.0)
+    default = killed.space.to_params(killed.space.default_config())
+    study.enqueue_trial(default, user_attrs=role_attrs(Role.DEFAULT))
+    with pytest.raises(asyncio.CancelledError):  # Ctrl-C during its second level
+        await killed.run(study, study.ask())
+    # The interrupted trial queued its config again; past the deadline, its next level runs.
+    run = runner(tmp_path, faulty_target(), fake_clock, start_rps=20.0)
+    record = await run.run(study, study.ask(), deadline_s=fake_clock() - 1)
+    assert record.continues == 0 and record.carried == [(20.0, False)]
+    assert [lv.rate_rps for lv in record.levels] == [10.0]
