@@ -158,6 +158,26 @@ async def test_a_run_resumed_with_the_budget_it_was_told_goes_on_from_where_it_w
     assert f"(+1 of trial {cut['trial'] + 1})" in md
 
 
+async def test_a_default_that_went_on_without_a_level_of_its_own_reports_what_it_carried(
+    tmp_path, sim_targets, fake_clock
+):
+    # The default (6 req/s) passes 4 req/s, with no time for 8. Resumed on as short a budget,
+    # it goes on from there and again has no time for 8: no level of its own, yet the report
+    # gives its capacity with the terms measured at that rate.
+    slow = {"start_rps": 4.0, "num_requests": 400, "min_requests": 400, "storage": None,
+            "time_budget_s": 20.0}  # fmt: skip
+    first = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
+                           target=sim_targets())  # fmt: skip
+    rec = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
+                         target=sim_targets())  # fmt: skip
+    default = rec["default"]
+    again = next(t for t in rec["trials"] if t["trial"] == default["trial"])
+    assert again["continues"] == first["default"]["trial"] and again["levels"] == 0
+    assert default["capacity_rps"] == first["default"]["capacity_rps"] == 4.0
+    assert default["rate_rps"] == 4.0 and default["lower_bound"]
+    assert default["terms"] == first["default"]["terms"]
+
+
 async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(
     tmp_path, refusing_default_target, fake_clock
 ):

@@ -168,9 +168,10 @@ def config_entry(trial: TrialRecord, candidate: Candidate | None,
 
 
 def limited_by(trial: TrialRecord) -> str:
-    """What failed at the lowest failing rate above the capacity, in words."""
+    """What failed at the lowest failing rate above the capacity, in words (an earlier
+    attempt's levels too, where the trial went on from one)."""
     capacity = trial.capacity_rps or 0.0
-    failing = [lv for lv in trial.levels if not lv.passed and lv.rate_rps > capacity]
+    failing = [lv for lv in trial.search_levels if not lv.passed and lv.rate_rps > capacity]
     if not failing and trial.ending and trial.ending.cut:
         return f"not measured: its search was cut short ({trial.ending.value}), a lower bound"
     if not failing:

@@ -143,7 +143,7 @@ def candidate_rate(trial: TrialRecord, mode: Mode, rate_rps: float | None) -> fl
 def search_candidate(trial: TrialRecord, rate: float) -> Candidate:
     """A candidate from its search level alone (its records are on another worker's disk and
     nothing was re-measured here): point estimates, no interval, not confirmed."""
-    level = trial.level_at(rate) or trial.levels[-1]
+    level = trial.level_at(rate) or trial.search_levels[-1]
     return Candidate(trial.number, trial.role, trial.knobs, float(trial.value or 0.0),
                      level.verdict, 0, 0.0)  # fmt: skip
 
@@ -179,7 +179,7 @@ def repooled(candidates: list[Candidate], default: TrialRecord, files: RunFiles,
     measured keeps the figures the study has for it, since judged on this folder's draws alone
     its terms at its own capacity would have no records behind them."""
     search_runs = files.search_runs(default)
-    if len(search_runs) < len(default.levels):
+    if len(search_runs) < len(default.search_levels):
         return candidates
     mine = next((c for c in candidates if c.trial == default.number), None)
     runs = search_runs + files.confirm_runs(default.number)

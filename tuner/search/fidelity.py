@@ -237,7 +237,8 @@ def real_levels(view: RunView) -> list[RealLevel]:
     or scheduled: a level stopped early replays whole, since the requests cut short loaded the
     engine while the measured ones ran (those after the stop change nothing before it)."""
     return [RealLevel(t.knobs, run.rate_rps, run.records)
-            for t in view.finished for run in view.files.search_runs(t, measured_only=False)
+            for t in view.finished
+            for run in view.files.search_runs(t, measured_only=False, carried=False)
             if run.schedule_ok and run.records]  # fmt: skip
 
 

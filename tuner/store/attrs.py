@@ -165,6 +165,10 @@ def save_continued(trial: optuna.Trial, earlier: int, levels: list[tuple[float, 
     trial.set_user_attr(CARRIED, [list(level) for level in levels])
 
 
+def continues_of(trial: FrozenTrial) -> int | None:
+    return trial.user_attrs.get(CONTINUES)
+
+
 def carried_of(trial: FrozenTrial) -> list[tuple[float, bool]]:
     """The levels an earlier attempt measured that this trial's search started from."""
     return [(float(rate), bool(passed)) for rate, passed in trial.user_attrs.get(CARRIED, [])]
@@ -195,7 +199,7 @@ def read_trial(trial: FrozenTrial, slo: SLO, rules: VerdictRules) -> TrialRecord
         predicted_default_rps=float(attrs[PREDICTED_DEFAULT]) if attrs.get(PREDICTED_DEFAULT)
         else None,
         left_out=LeftOut(*attrs[LEFT_OUT]) if attrs.get(LEFT_OUT) else None,
-        continues=attrs.get(CONTINUES), carried=carried_of(trial),
+        continues=continues_of(trial), carried=carried_of(trial),
     )  # fmt: skip
 
 

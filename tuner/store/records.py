@@ -85,6 +85,9 @@ class TrialRecord:
     # with that trial and are not counted again here.
     continues: int | None = None
     carried: list[tuple[float, bool]] = field(default_factory=list)
+    # Those levels as the study holds them, each with the trial and index it was measured as
+    # (RunView links them): what the report shows for a capacity one of them measured.
+    carried_records: list[tuple[int, int, LevelRecord]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -98,9 +101,14 @@ class TrialRecord:
     def measurement_s(self) -> float:
         return sum(level.wall_s for level in self.levels)
 
+    @property
+    def search_levels(self) -> list[LevelRecord]:
+        """Its search's levels: those it went on from, then its own (which may be none)."""
+        return [level for _, _, level in self.carried_records] + self.levels
+
     def level_at(self, rate_rps: float | None) -> LevelRecord | None:
-        """The last level measured at this rate."""
-        hits = [lv for lv in self.levels if rate_rps and lv.rate_rps == rate_rps]
+        """The last level its search measured at this rate."""
+        hits = [lv for lv in self.search_levels if rate_rps and lv.rate_rps == rate_rps]
         return hits[-1] if hits else None
 
 

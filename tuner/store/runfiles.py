@@ -108,13 +108,16 @@ class RunFiles:
                                stopped))  # fmt: skip
         return out
 
-    def search_runs(self, trial: TrialRecord, measured_only: bool = True) -> list[Run]:
-        """A trial's search levels whose records are in this folder: what each level measured
-        (a level stopped early once its SLO broke left the rest unmeasured), or with
-        `measured_only=False` every request it scheduled, as the simulator replays a level."""
+    def search_runs(self, trial: TrialRecord, measured_only: bool = True,
+                    carried: bool = True) -> list[Run]:  # fmt: skip
+        """A trial's search levels whose records are in this folder, with those of the attempt
+        it went on from unless `carried` is off: what each level measured (a level stopped
+        early once its SLO broke left the rest unmeasured), or with `measured_only=False` every
+        request it scheduled, as the simulator replays a level."""
+        own = [(trial.number, i, level) for i, level in enumerate(trial.levels)]
         out = []
-        for i, level in enumerate(trial.levels):
-            records = self.read_records(self.level_path(trial.number, i))
+        for number, i, level in (trial.carried_records if carried else []) + own:
+            records = self.read_records(self.level_path(number, i))
             if records is not None:
                 kept = measured_part(records) if measured_only else records
                 out.append(Run(level.rate_rps, kept, level.verdict.schedule_ok,
@@ -250,6 +253,11 @@ class RunView:
         except (ValueError, AttributeError, KeyError, TypeError) as exc:
             raise TuneError(f"{files.root / RUN_FILE} is damaged: {exc}") from None
         trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
+        for t in trials:  # in order: an attempt's own carried records are linked before
+            if t.continues is not None:
+                earlier = trials[t.continues]
+                own = [(earlier.number, i, lv) for i, lv in enumerate(earlier.levels)]
+                t.carried_records = earlier.carried_records + own
         return cls(files, info, study, slo, mode, rules, trials)
 
     @property
