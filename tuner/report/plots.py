@@ -176,13 +176,15 @@ FIGURE_TITLES = {
 
 
 def trial_points(trials: list[TrialRecord], recommended: int | None) -> list[TrialPoint]:
-    """Each finished trial at its highest passing rate (else its first level)."""
-    out = []
+    """Each finished trial at its highest passing rate (else its first level); one that a
+    later attempt went on from is that attempt's point."""
+    out, gone_on = [], {t.continues for t in trials}
     for t in trials:
-        if not t.finished or not t.levels:
+        levels = t.search_levels
+        if not t.finished or not levels or t.number in gone_on:
             continue
-        passing = [lv for lv in t.levels if lv.passed]
-        level = max(passing, key=lambda lv: lv.rate_rps) if passing else t.levels[0]
+        passing = [lv for lv in levels if lv.passed]
+        level = max(passing, key=lambda lv: lv.rate_rps) if passing else levels[0]
         complete = t.state is TrialState.COMPLETE
         out.append(TrialPoint(
             number=t.number, role=t.role.value, state="complete" if complete else "pruned",

@@ -89,10 +89,10 @@ def _keep_records(view: RunView, conf: Confirmation) -> None:
         if records:  # none here when another worker measured and confirmed it
             files.write_records(files.root / RECOMMENDED_RECORDS, records)
     default = view.with_role(Role.DEFAULT)
-    if default is not None and default.state is TrialState.COMPLETE and default.levels:
-        rates = [level.rate_rps for level in default.levels]
-        index = rates.index(default.capacity_rps) if default.capacity_rps in rates else 0
-        records = files.read_records(files.level_path(default.number, index))
+    if default is not None and default.state is TrialState.COMPLETE and default.search_levels:
+        at = [p for p in default.search_positions if p[2].rate_rps == default.capacity_rps]
+        number, index, _ = (at or default.search_positions)[0]
+        records = files.read_records(files.level_path(number, index))
         if records is not None:  # a level stopped early: what it measured (all stay beside it)
             files.write_records(files.root / DEFAULT_RECORDS, measured_part(records))
 
@@ -162,7 +162,7 @@ def rebuild_confirmation(view: RunView, note: str = REBUILT) -> Confirmation:
         if any(run.rate_rps == rate for run in runs):
             candidates.append(build_candidate(trial, runs, rate, 0, view.slo, view.rules,
                                               view.mode, settings.get("seed", 0)))  # fmt: skip
-        elif trial.levels:
+        elif trial.search_levels:
             candidates.append(search_candidate(trial, rate))
     chosen = choose(candidates)
     return Confirmation(candidates, chosen.trial if chosen else None, None, note, None)

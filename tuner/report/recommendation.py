@@ -139,7 +139,7 @@ def config_entry(trial: TrialRecord, candidate: Candidate | None,
     and judged by the strict rule its capacity read 10.7 req/s on vLLM where loadgen found it
     meeting the SLO at 16.1 in three draws of three."""
     value = float(trial.value or 0.0) if trial.state is TrialState.COMPLETE else 0.0
-    level = trial.level_at(trial.capacity_rps) or (trial.levels[0] if trial.levels else None)
+    level = trial.level_at(trial.capacity_rps) or next(iter(trial.search_levels), None)
     verdict = candidate.verdict if candidate else (level.verdict if level else None)
     binding = verdict.binding if verdict else None
     entry: dict[str, Any] = {

@@ -83,7 +83,7 @@ class Confirmer:
 
         # A config another worker found has its search records on that worker's disk: it is
         # measured here as often as it was there at this rate, so every candidate pools as many.
-        elsewhere = sum(lv.rate_rps == rate for lv in trial.levels) - sum(
+        elsewhere = sum(lv.rate_rps == rate for lv in trial.search_levels) - sum(
             run.rate_rps == rate for run in runs)  # fmt: skip
         draws = repeats + max(0, elsewhere)
         for i in range(draws):

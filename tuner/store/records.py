@@ -102,9 +102,14 @@ class TrialRecord:
         return sum(level.wall_s for level in self.levels)
 
     @property
+    def search_positions(self) -> list[tuple[int, int, LevelRecord]]:
+        """Its search's levels, each with the trial and index it was measured as: those it
+        went on from, then its own (which may be none)."""
+        return self.carried_records + [(self.number, i, lv) for i, lv in enumerate(self.levels)]
+
+    @property
     def search_levels(self) -> list[LevelRecord]:
-        """Its search's levels: those it went on from, then its own (which may be none)."""
-        return [level for _, _, level in self.carried_records] + self.levels
+        return [level for _, _, level in self.search_positions]
 
     def level_at(self, rate_rps: float | None) -> LevelRecord | None:
         """The last level its search measured at this rate."""

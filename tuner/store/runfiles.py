@@ -114,9 +114,9 @@ class RunFiles:
         it went on from unless `carried` is off: what each level measured (a level stopped
         early once its SLO broke left the rest unmeasured), or with `measured_only=False` every
         request it scheduled, as the simulator replays a level."""
-        own = [(trial.number, i, level) for i, level in enumerate(trial.levels)]
+        positions = trial.search_positions[0 if carried else len(trial.carried_records) :]
         out = []
-        for number, i, level in (trial.carried_records if carried else []) + own:
+        for number, i, level in positions:
             records = self.read_records(self.level_path(number, i))
             if records is not None:
                 kept = measured_part(records) if measured_only else records
@@ -255,9 +255,7 @@ class RunView:
         trials = [attrs.read_trial(t, slo, rules) for t in study.get_trials(deepcopy=False)]
         for t in trials:  # in order: an attempt's own carried records are linked before
             if t.continues is not None:
-                earlier = trials[t.continues]
-                own = [(earlier.number, i, lv) for i, lv in enumerate(earlier.levels)]
-                t.carried_records = earlier.carried_records + own
+                t.carried_records = trials[t.continues].search_positions
         return cls(files, info, study, slo, mode, rules, trials)
 
     @property
