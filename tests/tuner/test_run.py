@@ -158,18 +158,26 @@ async def test_a_run_resumed_with_the_budget_it_was_told_goes_on_from_where_it_w
     assert f"(+1 of trial {cut['trial'] + 1})" in md
 
 
+async def run_twice_on_20_s(tmp_path, sim_targets, fake_clock, start_rps: float):
+    """A run of 400-request levels on a 20 s budget, then its resume on as short a one: both
+    results, and when the resume started."""
+    slow = {"start_rps": start_rps, "num_requests": 400, "min_requests": 400, "storage": None,
+            "time_budget_s": 20.0}  # fmt: skip
+    first = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
+                           target=sim_targets())  # fmt: skip
+    start_s = fake_clock()
+    again = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
+                           target=sim_targets())  # fmt: skip
+    return first, again, start_s
+
+
 async def test_a_default_that_went_on_without_a_level_of_its_own_reports_what_it_carried(
     tmp_path, sim_targets, fake_clock
 ):
     # The default (6 req/s) passes 4 req/s, with no time for 8. Resumed on as short a budget,
     # it goes on from there and again has no time for 8: no level of its own, yet the report
     # gives its capacity with the terms measured at that rate.
-    slow = {"start_rps": 4.0, "num_requests": 400, "min_requests": 400, "storage": None,
-            "time_budget_s": 20.0}  # fmt: skip
-    first = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
-                           target=sim_targets())  # fmt: skip
-    rec = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
-                         target=sim_targets())  # fmt: skip
+    first, rec, _ = await run_twice_on_20_s(tmp_path, sim_targets, fake_clock, start_rps=4.0)
     default = rec["default"]
     again = next(t for t in rec["trials"] if t["trial"] == default["trial"])
     assert again["continues"] == first["default"]["trial"] and again["levels"] == 0
@@ -183,13 +191,7 @@ async def test_a_resume_whose_trials_all_failed_again_reports_its_own_time(
 ):
     # Nothing finished in either run (every search cut before a pass): the resume's report is
     # still its own, not the first run's confirmation again.
-    slow = {"start_rps": 40.0, "num_requests": 400, "min_requests": 400, "storage": None,
-            "time_budget_s": 20.0}  # fmt: skip
-    first = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
-                           target=sim_targets())  # fmt: skip
-    start_s = fake_clock()
-    rec = await run_tune(settings(tmp_path, **slow), quiet=True, clock=fake_clock,
-                         target=sim_targets())  # fmt: skip
+    first, rec, start_s = await run_twice_on_20_s(tmp_path, sim_targets, fake_clock, 40.0)
     assert not first["feasible"] and not rec["feasible"]
     assert len(rec["trials"]) > len(first["trials"])
     assert rec["elapsed_s"] == pytest.approx(fake_clock() - start_s)
