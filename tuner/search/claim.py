@@ -85,10 +85,10 @@ async def claim_confirmation(study: optuna.Study, jobs: optuna.Study, workers: W
                              say: Callable[[str], None]) -> Claim | None:  # fmt: skip
     """Claim the job for the study as it stands, or wait until another worker has done it
     (None). Call it only when the study is settled (nothing running)."""
-    finished = len(ended_trials(study))
+    ended = len(ended_trials(study))
     told = False
     while True:
-        outcome = try_claim(jobs, finished, workers)
+        outcome = try_claim(jobs, ended, workers)
         if outcome is not False:
             return outcome
         if not told:

@@ -272,8 +272,8 @@ def earlier_attempt(study: optuna.Study, knobs: Knobs, role: Role,
 def top_trials(study: optuna.Study, k: int, mode: Mode,
                trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:  # fmt: skip
     """The k best finished trials worth confirming (positive value; feasible in --rate mode),
-    the same config measured twice (a reference and a search hit) once; an attempt another went
-    on from by that one, which holds its levels too."""
+    the same config measured twice (a reference and a search hit) once, and an attempt that a
+    later trial went on from only as that trial, which holds its levels too."""
     done = _complete(study, trials)
     gone_on = {attrs.continues_of(t) for t in done}
     done = [t for t in done if t.number not in gone_on]
