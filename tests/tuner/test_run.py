@@ -186,17 +186,6 @@ async def test_a_default_that_went_on_without_a_level_of_its_own_reports_what_it
     assert default["terms"] == first["default"]["terms"]
 
 
-async def test_a_resume_whose_trials_all_failed_again_reports_its_own_time(
-    tmp_path, sim_targets, fake_clock
-):
-    # Nothing finished in either run (every search cut before a pass): the resume's report is
-    # still its own, not the first run's confirmation again.
-    first, rec, start_s = await run_twice_on_20_s(tmp_path, sim_targets, fake_clock, 40.0)
-    assert not first["feasible"] and not rec["feasible"]
-    assert len(rec["trials"]) > len(first["trials"])
-    assert rec["elapsed_s"] == pytest.approx(fake_clock() - start_s)
-
-
 async def test_a_default_that_serves_nothing_stops_the_run_with_the_servers_error(
     tmp_path, refusing_default_target, fake_clock
 ):

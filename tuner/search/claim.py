@@ -1,11 +1,10 @@
 """The confirmation and the report of a study, done once, by one worker.
 
 A job is a trial in the study's companion study `NAME:confirmation`, one per state of the
-study (its number of ended trials: finished, or failed, since a resume whose every trial was
-cut before a pass still changed what the report says). A worker whose search is over and which
-finds nothing running claims the job with Optuna's own atomic WAITING -> RUNNING step (the one
-`Study.ask` takes a queued trial by), so exactly one worker confirms; it beats while it does,
-and stores the run description and the confirmation on the job, from which every worker and
+study (its number of finished trials). A worker whose search is over and which finds nothing
+running claims the job with Optuna's own atomic WAITING -> RUNNING step (the one `Study.ask`
+takes a queued trial by), so exactly one worker confirms; it beats while it does, and stores
+the run description and the confirmation on the job, from which every worker and
 `tune report --storage URL --study-name NAME` build the same report. If it dies, the heartbeat
 fails the job and Optuna's retry queues it again for a waiting worker.
 """
@@ -23,7 +22,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from tuner.search.study import ended_trials, recover_stale_trials
+from tuner.search.study import finished_trials, recover_stale_trials
 from tuner.search.workers import Workers
 from tuner.store import attrs
 
@@ -85,10 +84,10 @@ async def claim_confirmation(study: optuna.Study, jobs: optuna.Study, workers: W
                              say: Callable[[str], None]) -> Claim | None:  # fmt: skip
     """Claim the job for the study as it stands, or wait until another worker has done it
     (None). Call it only when the study is settled (nothing running)."""
-    ended = len(ended_trials(study))
+    finished = len(finished_trials(study))
     told = False
     while True:
-        outcome = try_claim(jobs, ended, workers)
+        outcome = try_claim(jobs, finished, workers)
         if outcome is not False:
             return outcome
         if not told:

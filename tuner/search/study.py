@@ -204,10 +204,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def ended_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """Trials whose measurement is over: finished, or failed (cut before a pass, killed)."""
-    ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return study.get_trials(deepcopy=False, states=ended)
+def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials that count toward `--trials`: complete or pruned."""
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
 
 
 def has_role(study: optuna.Study, role: Role) -> bool:
